@@ -1,0 +1,92 @@
+/*
+ * xalloc: a general-purpose malloc replacement for x86-64 Linux.
+ *
+ * This header declares the prefixed API. It is available whether or not
+ * xalloc also replaces the system allocator, so the allocator can be used
+ * side by side with glibc's malloc (and tested under sanitizers).
+ *
+ * Every function follows the semantics of its standard counterpart
+ * (xalloc_malloc ~ malloc, xalloc_posix_memalign ~ posix_memalign, ...).
+ */
+#ifndef XALLOC_XALLOC_H
+#define XALLOC_XALLOC_H
+
+#include <stddef.h>
+
+#define XALLOC_VERSION_MAJOR 0
+#define XALLOC_VERSION_MINOR 1
+#define XALLOC_VERSION_PATCH 0
+#define XALLOC_VERSION ((XALLOC_VERSION_MAJOR * 10000) + (XALLOC_VERSION_MINOR * 100) + XALLOC_VERSION_PATCH)
+
+#if defined(XALLOC_BUILDING)
+#define XALLOC_API __attribute__((visibility("default")))
+#else
+#define XALLOC_API
+#endif
+
+#ifdef __cplusplus
+#define XALLOC_NOEXCEPT noexcept
+extern "C" {
+#else
+#define XALLOC_NOEXCEPT
+#endif
+
+#define XALLOC_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+
+XALLOC_API void* xalloc_malloc(size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+XALLOC_API void* xalloc_calloc(size_t count, size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+XALLOC_API void* xalloc_realloc(void* ptr, size_t size) XALLOC_NOEXCEPT __attribute__((warn_unused_result));
+XALLOC_API void* xalloc_reallocarray(void* ptr, size_t count, size_t size) XALLOC_NOEXCEPT
+    __attribute__((warn_unused_result));
+XALLOC_API void xalloc_free(void* ptr) XALLOC_NOEXCEPT;
+
+/* C23: the size (and alignment) must be the ones the block was requested with. */
+XALLOC_API void xalloc_free_sized(void* ptr, size_t size) XALLOC_NOEXCEPT;
+XALLOC_API void xalloc_free_aligned_sized(void* ptr, size_t alignment, size_t size) XALLOC_NOEXCEPT;
+
+/* Alignment: every power of two is accepted (up to 1 GiB); see docs/api.md
+ * for the exact error rules, which follow glibc. */
+XALLOC_API void* xalloc_aligned_alloc(size_t alignment, size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+XALLOC_API int xalloc_posix_memalign(void** out, size_t alignment, size_t size) XALLOC_NOEXCEPT;
+XALLOC_API void* xalloc_memalign(size_t alignment, size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+XALLOC_API void* xalloc_valloc(size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+XALLOC_API void* xalloc_pvalloc(size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
+
+/* The number of bytes the block can really hold (>= the requested size). 0 for NULL. */
+XALLOC_API size_t xalloc_usable_size(const void* ptr) XALLOC_NOEXCEPT;
+
+/* 1 if ptr points into memory that xalloc manages (the start of a live
+ * block or not), 0 otherwise. Never faults. */
+XALLOC_API int xalloc_owns(const void* ptr) XALLOC_NOEXCEPT;
+
+/* Returns free memory to the OS now (what malloc_trim does). Returns 1 if
+ * any memory was returned, 0 otherwise. */
+XALLOC_API int xalloc_trim(size_t pad) XALLOC_NOEXCEPT;
+
+/* Hands everything the calling thread caches back to the shared pool, as
+ * thread exit does, without ending the thread. */
+XALLOC_API void xalloc_thread_collect(void) XALLOC_NOEXCEPT;
+
+/* Process-wide counters (bytes unless named otherwise). */
+typedef struct xalloc_stats_s {
+  size_t mapped;        /* address space reserved from the OS */
+  size_t committed;     /* mapped and not purged: what may be resident */
+  size_t in_use;        /* bytes in live blocks (rounded to their class) */
+  size_t large_in_use;  /* of which in large and huge blocks */
+  size_t purged;        /* bytes returned to the OS with madvise, total */
+  size_t segments;      /* number of regions currently mapped */
+  size_t threads;       /* thread heaps ever created (reused ones count once) */
+  size_t remote_frees;  /* blocks freed by a thread that does not own them */
+} xalloc_stats_t;
+
+XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;
+XALLOC_API void xalloc_stats_print(void) XALLOC_NOEXCEPT;
+
+/* "MAJOR.MINOR.PATCH" */
+XALLOC_API const char* xalloc_version(void) XALLOC_NOEXCEPT;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XALLOC_XALLOC_H */

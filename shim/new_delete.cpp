@@ -1,0 +1,124 @@
+// Every form of C++ operator new and delete, served by xalloc.
+//
+// libxalloc.so depends on libc only. What the standard asks of a failing
+// operator new (call the new_handler, throw std::bad_alloc) needs the C++
+// runtime, which is reached through weak references: any program that
+// calls operator new has libstdc++ loaded, so they resolve there.
+#include <cstddef>
+#include <new>
+
+#include "alloc.h"
+#include "report.h"
+
+namespace std {
+new_handler get_new_handler() noexcept __attribute__((weak));
+[[noreturn]] void __throw_bad_alloc() __attribute__((weak));
+}  // namespace std
+
+// Used by the try/catch in new_nothrow_slow; weak for the same reason.
+extern "C" int __gxx_personality_v0(...) __attribute__((weak));
+extern "C" void* __cxa_begin_catch(void*) noexcept __attribute__((weak));
+extern "C" void __cxa_end_catch() __attribute__((weak));
+
+using namespace xalloc;
+
+namespace {
+
+bool valid_alignment(size_t alignment) { return alignment != 0 && (alignment & (alignment - 1)) == 0; }
+
+[[noreturn]] XALLOC_NOINLINE void throw_bad_alloc() {
+  if (&std::__throw_bad_alloc != nullptr) std::__throw_bad_alloc();
+  report::fatal("out of memory in operator new, and no C++ runtime to throw std::bad_alloc");
+}
+
+XALLOC_INLINE void* try_alloc(size_t size, size_t alignment) {
+  return alignment != 0 ? alloc_aligned(size, alignment) : alloc(size);
+}
+
+// [new.delete.single]: call the new_handler until allocation succeeds; with
+// none installed, throw std::bad_alloc.
+XALLOC_NOINLINE void* new_slow(size_t size, size_t alignment) {
+  if (alignment != 0 && !valid_alignment(alignment)) throw_bad_alloc();
+  for (;;) {
+    void* block = try_alloc(size, alignment);
+    if (block != nullptr) return block;
+    std::new_handler handler = &std::get_new_handler != nullptr ? std::get_new_handler() : nullptr;
+    if (handler == nullptr) throw_bad_alloc();
+    handler();
+  }
+}
+
+// The nothrow forms behave as if they called the throwing form and
+// returned null if it did not return normally.
+XALLOC_NOINLINE void* new_nothrow_slow(size_t size, size_t alignment) noexcept {
+  if (alignment != 0 && !valid_alignment(alignment)) return nullptr;
+  if (&std::get_new_handler == nullptr || std::get_new_handler() == nullptr) return nullptr;
+  try {
+    return new_slow(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+XALLOC_INLINE void* new_impl(size_t size) {
+  void* block = alloc(size);
+  if (XALLOC_LIKELY(block != nullptr)) return block;
+  return new_slow(size, 0);
+}
+
+XALLOC_INLINE void* new_aligned_impl(size_t size, std::align_val_t alignment) {
+  auto a = static_cast<size_t>(alignment);
+  void* block = valid_alignment(a) ? alloc_aligned(size, a) : nullptr;
+  if (XALLOC_LIKELY(block != nullptr)) return block;
+  return new_slow(size, a);
+}
+
+XALLOC_INLINE void* new_nothrow_impl(size_t size) noexcept {
+  void* block = alloc(size);
+  if (XALLOC_LIKELY(block != nullptr)) return block;
+  return new_nothrow_slow(size, 0);
+}
+
+XALLOC_INLINE void* new_aligned_nothrow_impl(size_t size, std::align_val_t alignment) noexcept {
+  auto a = static_cast<size_t>(alignment);
+  void* block = valid_alignment(a) ? alloc_aligned(size, a) : nullptr;
+  if (XALLOC_LIKELY(block != nullptr)) return block;
+  return new_nothrow_slow(size, a);
+}
+
+}  // namespace
+
+void* operator new(size_t size) { return new_impl(size); }
+void* operator new[](size_t size) { return new_impl(size); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept { return new_nothrow_impl(size); }
+void* operator new[](size_t size, const std::nothrow_t&) noexcept { return new_nothrow_impl(size); }
+void* operator new(size_t size, std::align_val_t alignment) { return new_aligned_impl(size, alignment); }
+void* operator new[](size_t size, std::align_val_t alignment) { return new_aligned_impl(size, alignment); }
+void* operator new(size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  return new_aligned_nothrow_impl(size, alignment);
+}
+void* operator new[](size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  return new_aligned_nothrow_impl(size, alignment);
+}
+
+void operator delete(void* ptr) noexcept { xalloc::free(ptr, Caller::kDelete); }
+void operator delete[](void* ptr) noexcept { xalloc::free(ptr, Caller::kDelete); }
+void operator delete(void* ptr, const std::nothrow_t&) noexcept { xalloc::free(ptr, Caller::kDelete); }
+void operator delete[](void* ptr, const std::nothrow_t&) noexcept { xalloc::free(ptr, Caller::kDelete); }
+void operator delete(void* ptr, size_t) noexcept { xalloc::free(ptr, Caller::kDeleteSized); }
+void operator delete[](void* ptr, size_t) noexcept { xalloc::free(ptr, Caller::kDeleteSized); }
+void operator delete(void* ptr, std::align_val_t) noexcept { xalloc::free(ptr, Caller::kDeleteAligned); }
+void operator delete[](void* ptr, std::align_val_t) noexcept { xalloc::free(ptr, Caller::kDeleteAligned); }
+void operator delete(void* ptr, std::align_val_t, const std::nothrow_t&) noexcept {
+  xalloc::free(ptr, Caller::kDeleteAligned);
+}
+void operator delete[](void* ptr, std::align_val_t, const std::nothrow_t&) noexcept {
+  xalloc::free(ptr, Caller::kDeleteAligned);
+}
+void operator delete(void* ptr, size_t, std::align_val_t) noexcept { xalloc::free(ptr, Caller::kDeleteAligned); }
+void operator delete[](void* ptr, size_t, std::align_val_t) noexcept { xalloc::free(ptr, Caller::kDeleteAligned); }
+
+// The compiler references the personality routine with a strong binding;
+// make it weak so that C programs without libstdc++ load libxalloc.so too.
+// It is only ever called while an exception unwinds, which needs libstdc++.
+__asm__(".weak __gxx_personality_v0");

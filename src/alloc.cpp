@@ -1,0 +1,204 @@
+// The allocation API beyond the inline fast paths: sizes above 1 KiB,
+// zeroed and aligned blocks, realloc, and every free that is not a
+// same-thread slab free (remote, large, huge, foreign, misuse).
+#include "alloc.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "large.h"
+#include "options.h"
+#include "remote_free.h"
+#include "span_allocator.h"
+#include "stats.h"
+#include "thread_registry.h"
+
+namespace xalloc {
+
+namespace {
+
+void* fail_enomem() {
+  errno = ENOMEM;
+  return nullptr;
+}
+
+XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
+  Page* page = heap->current[cls];
+  FreeBlock* block = page->free;
+  if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
+  return heap_alloc_slow(heap, cls);
+}
+
+void free_foreign(void* ptr, Caller caller) {
+  if (segment_map_entry(reinterpret_cast<uintptr_t>(ptr)) == kMapHugeTail)
+    report_misuse("invalid free (pointer inside a block)", ptr, 0, caller);
+  if (g_options.abort_on_invalid_free)
+    report_misuse("invalid free (pointer not allocated by xalloc)", ptr, 0, caller);
+}
+
+// A slab block freed by a thread that does not own its slab, or by the
+// owner through an out-of-line path.
+void free_slab_block(Page* page, FreeBlock* block, Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(block);
+  if (XALLOC_UNLIKELY(!is_block_start(page, address)))
+    report_misuse("invalid free (not the start of a block)", block, page->block_size, caller);
+  uintptr_t marker = free_marker(block);
+  if (XALLOC_UNLIKELY(block->marker == marker)) report_misuse("double free", block, page->block_size, caller);
+  block->marker = marker;
+  Heap* owner = page->owner.load(std::memory_order_relaxed);
+  Heap* heap = t_heap;
+  if (owner == heap) {
+    block->next = page->free;
+    page->free = block;
+    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+    return;
+  }
+  heap = thread_heap_for_free();
+  if (heap == nullptr) {
+    inbox_push(owner, block, block);  // this thread is exiting: no buffering
+    return;
+  }
+  stats::bump(heap->remote_frees_sent);
+  outbox_add(heap->outbox, owner, block, page->block_size);
+}
+
+}  // namespace
+
+void* alloc_generic(Heap* heap, size_t size) {
+  if (size <= kMaxSlabSize) return alloc_from_class(heap, class_of(size));
+  if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
+  return huge_alloc(size, 0, false);
+}
+
+void free_generic(void* ptr, Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (segment_map_entry(address) != kMapSegmentHead) {
+    if (ptr != nullptr) free_foreign(ptr, caller);
+    return;
+  }
+  Segment* segment = segment_of(address);
+  Page* page = page_of(segment, address);
+  switch (page->kind()) {
+    case PageKind::kSlab:
+      free_slab_block(page, static_cast<FreeBlock*>(ptr), caller);
+      return;
+    case PageKind::kLarge:
+      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      large_free(page);
+      return;
+    case PageKind::kHuge:
+      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      huge_free(segment);
+      return;
+    default:
+      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
+  }
+}
+
+void* alloc_zeroed(size_t size) {
+  if (size <= kMaxSlabSize) {
+    void* block = alloc(size);
+    if (block != nullptr) memset(block, 0, size);
+    return block;
+  }
+  if (size <= kMaxLargeSize) return large_alloc(size, 0, true);
+  return huge_alloc(size, 0, true);
+}
+
+void* alloc_aligned(size_t size, size_t alignment) {
+  if (alignment <= kMinAlignment) return alloc(size);
+  if (size <= kMaxSlabSize && alignment <= kMaxSlabAlignment) {
+    unsigned cls = aligned_class_of(size, alignment);
+    if (cls < kNumClasses) return alloc_from_class(t_heap, cls);
+  }
+  if (size > kMaxRequest) return fail_enomem();
+  if (size <= kMaxLargeSize) return large_alloc(size, alignment, false);
+  return huge_alloc(size, alignment, false);
+}
+
+void* realloc(void* ptr, size_t size, Caller caller) {
+  if (ptr == nullptr) return alloc(size);
+  if (size == 0) {
+    // glibc frees and returns NULL (C23 leaves it undefined).
+    free(ptr, caller);
+    return nullptr;
+  }
+  if (size > kMaxRequest) return fail_enomem();
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (segment_map_entry(address) != kMapSegmentHead) {
+    free_foreign(ptr, caller);
+    return nullptr;
+  }
+  Segment* segment = segment_of(address);
+  Page* page = page_of(segment, address);
+  switch (page->kind()) {
+    case PageKind::kSlab: {
+      if (!is_block_start(page, address))
+        report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size, caller);
+      if (static_cast<FreeBlock*>(ptr)->marker == free_marker(ptr))
+        report_misuse("realloc of a freed block", ptr, page->block_size, caller);
+      size_t old_size = page->block_size;
+      // Stay in place unless the block would be less than half used.
+      if (size <= old_size && (size > old_size / 2 || old_size <= 16)) return ptr;
+      void* moved = alloc(size);
+      if (moved == nullptr) return nullptr;
+      memcpy(moved, ptr, size < old_size ? size : old_size);
+      free(ptr, caller);
+      return moved;
+    }
+    case PageKind::kLarge:
+      if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
+      return large_realloc(page, ptr, size);
+    case PageKind::kHuge:
+      if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
+      return huge_realloc(segment, ptr, size);
+    default:
+      report_misuse("invalid realloc (pointer into free memory)", ptr, 0, caller);
+  }
+}
+
+size_t usable_size(const void* ptr, Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (segment_map_entry(address) != kMapSegmentHead) {
+    if (ptr != nullptr && g_options.abort_on_invalid_free)
+      report_misuse("malloc_usable_size of a pointer not allocated by xalloc", ptr, 0, caller);
+    return 0;
+  }
+  Segment* segment = segment_of(address);
+  Page* page = page_of(segment, address);
+  switch (page->kind()) {
+    case PageKind::kSlab: {
+      size_t offset = (address - page->start) % page->block_size;
+      return page->block_size - offset;
+    }
+    case PageKind::kLarge:
+      return page->start + page->block_size - address;
+    case PageKind::kHuge:
+      return page->start + segment->huge_usable - address;
+    default:
+      return 0;
+  }
+}
+
+bool owns(const void* ptr) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint8_t entry = segment_map_entry(address);
+  if (entry == kMapHugeTail) return true;
+  if (entry != kMapSegmentHead) return false;
+  PageKind kind = page_of(segment_of(address), address)->kind();
+  return kind == PageKind::kSlab || kind == PageKind::kLarge || kind == PageKind::kHuge;
+}
+
+size_t trim() {
+  Heap* heap = t_heap;
+  if (heap != &g_empty_heap) {
+    outbox_flush(heap->outbox);
+    heap_drain_inbox(heap);
+  }
+  orphans_collect_all();
+  size_t released = g_spans.purge(true);
+  released += huge_cache_purge(true, 0);
+  return released;
+}
+
+}  // namespace xalloc

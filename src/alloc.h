@@ -1,0 +1,89 @@
+// The allocation and free fast paths, inlined into every entry point.
+//
+// malloc of up to 1 KiB: read the thread heap, index its direct table by
+// 16-byte granule, pop the slab's free list. free: check the segment map,
+// mask to the segment, one load for the slab descriptor; if this thread
+// owns it, validate the pointer (a block start, not already free) and push.
+// Everything else is out of line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "config.h"
+#include "heap.h"
+#include "page.h"
+#include "report.h"
+#include "segment.h"
+#include "size_classes.h"
+
+#define XALLOC_INLINE inline __attribute__((always_inline))
+#define XALLOC_NOINLINE __attribute__((noinline))
+#define XALLOC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define XALLOC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+namespace xalloc {
+
+// A free block's second word holds this marker; allocation clears it. A
+// block freed while it still holds its marker is already free: a double
+// free. The secret makes the marker impossible to produce by accident.
+XALLOC_INLINE uintptr_t free_marker(const void* block) { return g_free_key ^ reinterpret_cast<uintptr_t>(block); }
+
+// True when `address` is the start of a block of `page` (a slab):
+// divisibility by the class size without a division.
+XALLOC_INLINE bool is_block_start(const Page* page, uintptr_t address) {
+  return (address - page->start) * page->div_magic < page->div_magic;
+}
+
+XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
+  page->free = block->next;
+  page->needed++;
+  block->marker = 0;
+  return block;
+}
+
+// Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
+void* alloc_generic(Heap* heap, size_t size);
+void free_generic(void* ptr, Caller caller);
+
+XALLOC_INLINE void* alloc(size_t size) {
+  Heap* heap = t_heap;
+  if (XALLOC_LIKELY(size <= kMaxSmallSize)) {
+    size_t granule = granule_of(size);
+    Page* page = heap->direct[granule];
+    FreeBlock* block = page->free;
+    if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
+    return heap_alloc_slow(heap, kGranuleClass[granule]);
+  }
+  return alloc_generic(heap, size);
+}
+
+XALLOC_INLINE void free(void* ptr, Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (XALLOC_LIKELY(segment_map_entry(address) == kMapSegmentHead)) {
+    Page* page = page_of(segment_of(address), address);
+    Heap* heap = t_heap;
+    if (XALLOC_LIKELY(page->owner.load(std::memory_order_relaxed) == heap)) {
+      auto* block = static_cast<FreeBlock*>(ptr);
+      uintptr_t marker = free_marker(block);
+      if (XALLOC_LIKELY(is_block_start(page, address) && block->marker != marker)) {
+        block->marker = marker;
+        block->next = page->free;
+        page->free = block;
+        if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
+        return;
+      }
+    }
+  }
+  free_generic(ptr, caller);
+}
+
+// The rest of the API (alloc.cpp).
+void* alloc_zeroed(size_t size);
+void* alloc_aligned(size_t size, size_t alignment);
+void* realloc(void* ptr, size_t size, Caller caller);
+size_t usable_size(const void* ptr, Caller caller);
+bool owns(const void* ptr);
+size_t trim();
+
+}  // namespace xalloc

@@ -1,0 +1,48 @@
+// Compile-time geometry of the allocator. docs/design.md explains the choices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xalloc {
+
+// Segments: naturally aligned regions reserved from the OS. Every pointer
+// xalloc hands out lies in the first 32 MiB granule of a segment, so its
+// metadata is found by masking the address.
+constexpr size_t kSegmentShift = 25;
+constexpr size_t kSegmentSize = size_t{1} << kSegmentShift;  // 32 MiB
+constexpr uintptr_t kSegmentMask = kSegmentSize - 1;
+
+// Slices: the unit in which segments are split into slabs and large spans.
+constexpr size_t kSliceShift = 16;
+constexpr size_t kSliceSize = size_t{1} << kSliceShift;  // 64 KiB
+constexpr size_t kSlicesPerSegment = kSegmentSize / kSliceSize;  // 512; slice 0 holds the header
+
+constexpr size_t kOsPageSize = 4096;
+
+// x86-64 user space: 47-bit addresses.
+constexpr size_t kAddressBits = 47;
+
+// malloc's result is aligned for any fundamental type (max_align_t).
+constexpr size_t kMinAlignment = 16;
+
+// Size classes (size_classes.h): 16-byte steps up to 128 bytes, then four
+// classes per power of two up to kMaxSlabSize. Larger requests are large
+// spans inside segments; above kMaxLargeSize they get their own mapping.
+constexpr size_t kMaxSmallSize = 1024;  // served through the per-heap direct table
+constexpr size_t kMaxSlabSize = 64 * 1024;
+constexpr size_t kMaxLargeSize = 16 * 1024 * 1024;
+
+// The largest alignment honoured by carving an aligned block from a slab
+// (blocks of a class are aligned to the largest power of two dividing the
+// class size, because slabs start on slice boundaries).
+constexpr size_t kMaxSlabAlignment = kSliceSize;
+
+// Largest alignment accepted at all (posix_memalign and friends).
+constexpr size_t kMaxAlignment = size_t{1} << 30;
+
+// Largest request ever satisfied; larger ones fail with ENOMEM like glibc's
+// (which refuses anything above PTRDIFF_MAX).
+constexpr size_t kMaxRequest = (size_t{1} << kAddressBits) - kSegmentSize * 2;
+
+}  // namespace xalloc

@@ -1,0 +1,264 @@
+#include "heap.h"
+
+#include <cerrno>
+#include <new>
+
+#include "alloc.h"
+#include "debug.h"
+#include "large.h"
+#include "platform/os.h"
+#include "span_allocator.h"
+#include "stats.h"
+#include "thread_registry.h"
+
+namespace xalloc {
+
+constinit Page g_empty_page{};
+constinit Heap g_empty_heap{Heap::EmptyTag{}};
+__thread Heap* t_heap = &g_empty_heap;
+uintptr_t g_free_key = 0x5bd1e9955bd1e995ull;  // replaced by a random key at start-up
+
+namespace {
+
+// Carving writes at most this many bytes of fresh blocks at a time, so a
+// slab's memory is touched only as it is used.
+constexpr size_t kCarveBytes = 4096;
+
+// The granules that map to each class, for keeping Heap::direct in step.
+constexpr auto kFirstGranule = [] {
+  std::array<uint8_t, kNumClasses> first{};
+  for (size_t g = kDirectSlots; g-- > 0;) first[kGranuleClass[g]] = static_cast<uint8_t>(g);
+  return first;
+}();
+
+// A full slab wakes (rejoins its class's partial list) once this many of
+// its blocks are free: fewer would move slabs in and out of the list for
+// one block at a time.
+inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capacity / 4 : 1; }
+
+void set_current(Heap* heap, unsigned cls, Page* page) {
+  heap->current[cls] = page;
+  if (kClassInfo[cls].size <= kMaxSmallSize) {
+    for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g) heap->direct[g] = page;
+  }
+}
+
+void partial_push(Heap* heap, Page* page) {
+  Page*& head = heap->partial[page->size_class];
+  page->prev = nullptr;
+  page->next = head;
+  if (head != nullptr) head->prev = page;
+  head = page;
+  page->set_state(SlabState::kPartial);
+}
+
+void partial_remove(Heap* heap, Page* page) {
+  if (page->prev != nullptr) page->prev->next = page->next;
+  else heap->partial[page->size_class] = page->next;
+  if (page->next != nullptr) page->next->prev = page->prev;
+  page->next = page->prev = nullptr;
+  page->set_state(SlabState::kDetached);
+}
+
+void slab_carve(Page* page) {
+  size_t size = page->block_size;
+  size_t count = kCarveBytes / size;
+  if (count == 0) count = 1;
+  size_t left = page->capacity - page->carved;
+  if (count > left) count = left;
+  uintptr_t first = page->start + page->carved * size;
+  FreeBlock* next = page->free;
+  // Link back to front so the list runs in address order.
+  for (size_t i = count; i-- > 0;) {
+    auto* block = reinterpret_cast<FreeBlock*>(first + i * size);
+    block->next = next;
+    block->marker = free_marker(block);
+    next = block;
+  }
+  page->free = next;
+  page->carved = static_cast<uint16_t>(page->carved + count);
+}
+
+Page* slab_create(Heap* heap, unsigned cls) {
+  const ClassInfo& info = kClassInfo[cls];
+  bool is_zero = false;
+  Page* page = g_spans.allocate(info.slices, &is_zero);
+  if (page == nullptr) return nullptr;
+  page->free = nullptr;
+  page->needed = 0;
+  page->size_class = static_cast<uint8_t>(cls);
+  page->set_kind(PageKind::kSlab);
+  page->set_state(SlabState::kDetached);
+  page->is_zero = is_zero ? 1 : 0;
+  page->div_magic = info.div_magic;
+  page->block_size = info.size;
+  page->capacity = info.capacity;
+  page->carved = 0;
+  page->owner.store(heap, std::memory_order_relaxed);
+  stats::add(stats::g_global.slab_in_use, page->span_bytes());
+  return page;
+}
+
+void slab_release(Heap* heap, Page* page) {
+  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
+  page->owner.store(nullptr, std::memory_order_relaxed);
+  page->set_state(SlabState::kDetached);
+  page->free = nullptr;
+  stats::sub(stats::g_global.slab_in_use, page->span_bytes());
+  g_spans.release(page);
+}
+
+// The current slab has no block left to hand out: it sleeps until enough
+// of its blocks come back.
+void retire_current(Heap* heap, unsigned cls, Page* page) {
+  XALLOC_CHECK(page->free == nullptr && page->carved == page->capacity);
+  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity);
+  set_current(heap, cls, &g_empty_page);
+  page->needed = wake_threshold(page->capacity);
+  page->set_state(SlabState::kFull);
+}
+
+void make_current(Heap* heap, unsigned cls, Page* page) {
+  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
+  page->needed += kCurrentBias;
+  page->set_state(SlabState::kCurrent);
+  set_current(heap, cls, page);
+}
+
+// Takes a non-current slab out of its state, leaving `needed` = blocks in use.
+void settle_uncurrent(Heap* heap, Page* page) {
+  if (page->needed == 0) {
+    slab_release(heap, page);
+  } else if (page->free == nullptr && page->carved == page->capacity) {
+    // No free block and nothing left to carve: every block is in use.
+    page->needed = wake_threshold(page->capacity);
+    page->set_state(SlabState::kFull);
+  } else {
+    partial_push(heap, page);
+  }
+}
+
+void heap_periodic(Heap* heap) {
+  if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
+  uint64_t now = os::monotonic_ms();
+  g_spans.maybe_purge(now);
+  huge_cache_maybe_purge(now);
+  orphans_collect_some(heap);
+}
+
+#if defined(XALLOC_DEBUG_CHECKS)
+void check_slab(const Heap* heap, const Page* page) {
+  XALLOC_CHECK(page->kind() == PageKind::kSlab);
+  XALLOC_CHECK(page->owner.load(std::memory_order_relaxed) == heap);
+  XALLOC_CHECK(page->carved <= page->capacity);
+  size_t free_count = 0;
+  for (FreeBlock* b = page->free; b != nullptr; b = b->next) {
+    auto a = reinterpret_cast<uintptr_t>(b);
+    XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size);
+    XALLOC_CHECK(is_block_start(page, a));
+    XALLOC_CHECK(b->marker == free_marker(b));
+    XALLOC_CHECK(++free_count <= page->carved);
+  }
+  uint32_t used = static_cast<uint32_t>(page->carved - free_count);
+  switch (page->state()) {
+    case SlabState::kCurrent: XALLOC_CHECK(page->needed >= kCurrentBias); break;
+    case SlabState::kPartial: XALLOC_CHECK(page->needed >= used); break;  // inbox blocks count as used
+    case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity)); break;
+    default: XALLOC_CHECK(false);
+  }
+}
+#endif
+
+}  // namespace
+
+void heap_init(Heap* heap, uint64_t thread_id) {
+  new (heap) Heap(Heap::EmptyTag{});
+  heap->thread_id = thread_id;
+}
+
+void* heap_alloc_slow(Heap* heap, unsigned cls) {
+  if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
+    heap = thread_heap_acquire();
+    if (heap == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+  }
+  Page* page = heap->current[cls];
+  XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
+  if (page->free != nullptr) return slab_pop(page, page->free);
+  if (page != &g_empty_page && page->carved < page->capacity) {
+    slab_carve(page);
+    return slab_pop(page, page->free);
+  }
+  if ((++heap->slow_calls & 15) == 0) heap_periodic(heap);
+
+  if (heap->inbox.load(std::memory_order_relaxed) != nullptr) {
+    heap_drain_inbox(heap);
+    if (page->free != nullptr) return slab_pop(page, page->free);
+  }
+  if (page != &g_empty_page) retire_current(heap, cls, page);
+
+  page = heap->partial[cls];
+  if (page == nullptr) {
+    page = slab_create(heap, cls);
+    if (page == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+  }
+  make_current(heap, cls, page);
+  if (page->free == nullptr) slab_carve(page);
+  return slab_pop(page, page->free);
+}
+
+void heap_on_needed_zero(Heap* heap, Page* page) {
+  switch (page->state()) {
+    case SlabState::kPartial:
+      slab_release(heap, page);  // every block is free
+      break;
+    case SlabState::kFull: {
+      uint32_t in_use = page->capacity - wake_threshold(page->capacity);
+      if (in_use == 0) {
+        page->set_state(SlabState::kDetached);
+        slab_release(heap, page);
+      } else {
+        page->needed = in_use;
+        partial_push(heap, page);
+      }
+      break;
+    }
+    default:
+      report::fatal("internal error: slab %p reached zero in state %u", reinterpret_cast<void*>(page->start),
+                    static_cast<unsigned>(page->state()));
+  }
+}
+
+void heap_drain_inbox(Heap* heap) {
+  FreeBlock* block = heap->inbox.exchange(nullptr, std::memory_order_acquire);
+  while (block != nullptr) {
+    FreeBlock* next = block->next;
+    auto address = reinterpret_cast<uintptr_t>(block);
+    Page* page = page_of(segment_of(address), address);
+    XALLOC_CHECK(page->owner.load(std::memory_order_relaxed) == heap);
+    block->next = page->free;
+    page->free = block;
+    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+    block = next;
+  }
+}
+
+void heap_collect(Heap* heap) {
+  outbox_flush(heap->outbox);
+  heap_drain_inbox(heap);
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    Page* page = heap->current[cls];
+    if (page == &g_empty_page) continue;
+    set_current(heap, cls, &g_empty_page);
+    page->needed -= kCurrentBias;
+    page->set_state(SlabState::kDetached);
+    settle_uncurrent(heap, page);
+  }
+}
+
+}  // namespace xalloc

@@ -1,0 +1,89 @@
+// Thread heaps: the thread-local caches every allocation starts in.
+//
+// Each thread allocates from its own heap: per size class one current slab
+// whose free list serves malloc, plus a list of partially free slabs to
+// move on to. A slab belongs to exactly one heap; frees from the owner push
+// onto the slab's free list, frees from other threads go back to the owner
+// through its inbox (remote_free.h). So the fast paths need no lock and no
+// atomic read-modify-write, and memory freed anywhere is reused by the
+// thread that owns it.
+//
+// Heaps outlive their threads: at thread exit a heap returns its empty
+// slabs, keeps the ones with live blocks and becomes an orphan, which the
+// next new thread adopts (thread_registry.cpp). Frees that arrive for an
+// orphan's slabs land in its inbox; other threads drain orphans' inboxes
+// in their slow paths so that those slabs still empty and return.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "page.h"
+#include "remote_free.h"
+#include "size_classes.h"
+
+namespace xalloc {
+
+enum class HeapState : uint32_t {
+  kActive = 0,   // owned by a live thread
+  kOrphan = 1,   // its thread exited; waiting for adoption
+  kDead = 2,     // its thread does not exist (fork child): never reused
+};
+
+struct alignas(64) Heap {
+  struct EmptyTag {};
+  // A heap with no slabs: every slot points at g_empty_page.
+  constexpr explicit Heap(EmptyTag);
+
+  // Fast path: the slab to allocate from, by 16-byte granule (sizes up to
+  // kMaxSmallSize) and by class. Unused entries point at g_empty_page,
+  // whose free list is always empty, so there is no null check.
+  Page* direct[kDirectSlots];
+  Page* current[kNumClasses];
+  Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
+
+  Outbox outbox;
+  uint64_t thread_id;
+  uint32_t slow_calls;
+  std::atomic<HeapState> state;
+  Heap* next_in_registry;  // all heaps ever created
+  Heap* next_orphan;
+  std::atomic<size_t> remote_frees_sent;  // written by the owner only
+
+  // Frees from other threads; written by them, so on its own cache line.
+  alignas(64) std::atomic<FreeBlock*> inbox;
+};
+
+extern Page g_empty_page;
+
+constexpr Heap::Heap(EmptyTag)
+    : direct{}, current{}, partial{}, outbox{}, thread_id(0), slow_calls(0), state(HeapState::kActive),
+      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox(nullptr) {
+  for (Page*& slot : direct) slot = &g_empty_page;
+  for (Page*& slot : current) slot = &g_empty_page;
+}
+
+// The heap of threads that have not allocated yet (and of threads past
+// their heap's teardown). Every slot points at g_empty_page.
+extern Heap g_empty_heap;
+
+// The calling thread's heap. Initial-exec TLS: one instruction to read.
+extern __thread Heap* t_heap;
+
+// Secret mixed into free-block markers (alloc.h).
+extern uintptr_t g_free_key;
+
+void heap_init(Heap* heap, uint64_t thread_id);
+
+// Slow paths of the inline fast paths in alloc.h.
+void* heap_alloc_slow(Heap* heap, unsigned cls);
+void heap_on_needed_zero(Heap* heap, Page* page);
+
+// Returns inbox blocks to their slabs.
+void heap_drain_inbox(Heap* heap);
+// Hands back everything the heap caches: sends its outbox, drains its inbox,
+// returns empty slabs; slabs with live blocks stay owned.
+void heap_collect(Heap* heap);
+
+}  // namespace xalloc

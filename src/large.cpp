@@ -1,0 +1,289 @@
+#include "large.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "alloc.h"
+#include "options.h"
+#include "platform/lock.h"
+#include "platform/os.h"
+#include "span_allocator.h"
+#include "stats.h"
+
+namespace xalloc {
+
+namespace {
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
+
+void* fail_enomem() {
+  errno = ENOMEM;
+  return nullptr;
+}
+
+// --- large ------------------------------------------------------------------
+
+void set_large(Page* span, size_t usable, bool is_zero) {
+  span->set_kind(PageKind::kLarge);
+  span->owner.store(nullptr, std::memory_order_relaxed);
+  span->block_size = static_cast<uint32_t>(usable);
+  span->is_zero = is_zero ? 1 : 0;
+  stats::add(stats::g_global.large_in_use, usable);
+}
+
+// --- huge -------------------------------------------------------------------
+
+// The block starts this far into its mapping (the header is in front of
+// it), or at its alignment if that is larger.
+constexpr size_t kHugeHeader = kSliceSize;
+
+Mutex g_huge_lock;
+Segment* g_huge_cache = nullptr;  // most recently freed first
+size_t g_huge_cache_bytes = 0;
+uint64_t g_huge_next_purge_ms = 0;
+
+size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
+
+void huge_setup(Segment* segment, size_t mapping, size_t offset) {
+  segment->kind = SegmentKind::kHuge;
+  segment->mapping_size = mapping;
+  segment->huge_usable = mapping - offset;
+  segment->next = segment->prev = nullptr;
+  Page* page = &segment->pages[0];
+  page->set_kind(PageKind::kHuge);
+  page->owner.store(nullptr, std::memory_order_relaxed);
+  page->start = segment->base() + offset;
+  page->slice_count = 0;
+  // Every slice of the first granule resolves to the block's descriptor, so
+  // lookups never see a null entry.
+  for (Page*& slot : segment->page_of_slice) slot = page;
+}
+
+void cache_unlink(Segment* segment) {
+  if (segment->prev != nullptr) segment->prev->next = segment->next;
+  else g_huge_cache = segment->next;
+  if (segment->next != nullptr) segment->next->prev = segment->prev;
+  segment->next = segment->prev = nullptr;
+  g_huge_cache_bytes -= segment->mapping_size;
+}
+
+// A cached mapping that fits `mapping` bytes without wasting more than a
+// quarter (or unmapped, evicted ones go to `evict`).
+Segment* cache_take(size_t mapping) {
+  LockGuard guard(g_huge_lock);
+  Segment* best = nullptr;
+  for (Segment* s = g_huge_cache; s != nullptr; s = s->next) {
+    if (s->mapping_size >= mapping && s->mapping_size - mapping <= mapping / 4 &&
+        (best == nullptr || s->mapping_size < best->mapping_size))
+      best = s;
+  }
+  if (best != nullptr) cache_unlink(best);
+  return best;
+}
+
+void huge_unmap(Segment* segment) {
+  if (!segment->huge_purged) stats::sub(stats::g_global.committed, segment->mapping_size);
+  segment_destroy(segment);
+}
+
+}  // namespace
+
+void* large_alloc(size_t size, size_t alignment, bool zero) {
+  size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
+  size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
+  size_t slices = (usable + extra + kSliceSize - 1) >> kSliceShift;
+  if (slices >= kSlicesPerSegment) return huge_alloc(size, alignment, zero);
+  bool is_zero = false;
+  Page* span = g_spans.allocate(slices, &is_zero);
+  if (span == nullptr) return fail_enomem();
+  if (extra != 0) {
+    // Give back the slices before the aligned address and after the block.
+    uintptr_t aligned = round_up(span->start, alignment);
+    size_t skip = (aligned - span->start) >> kSliceShift;
+    if (skip != 0) span = g_spans.trim_front(span, skip);
+    g_spans.shrink(span, (usable + kSliceSize - 1) >> kSliceShift);
+  }
+  set_large(span, usable, is_zero);
+  void* block = reinterpret_cast<void*>(span->start);
+  if (zero && !is_zero) memset(block, 0, size);
+  return block;
+}
+
+void large_free(Page* page) {
+  stats::sub(stats::g_global.large_in_use, page->block_size);
+  g_spans.release(page);
+}
+
+void* large_realloc(Page* page, void* ptr, size_t size) {
+  size_t old_usable = page->block_size;
+  if (size > kMaxSlabSize && size <= kMaxLargeSize) {
+    size_t usable = round_up(size, kOsPageSize);
+    size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
+    if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
+      // Shrinking: keep the span unless half of it would be idle.
+      if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
+      stats::add(stats::g_global.large_in_use, usable);
+      stats::sub(stats::g_global.large_in_use, old_usable);
+      page->block_size = static_cast<uint32_t>(usable);
+      return ptr;
+    }
+  }
+  void* moved = alloc(size);
+  if (moved == nullptr) return nullptr;
+  memcpy(moved, ptr, size < old_usable ? size : old_usable);
+  large_free(page);
+  return moved;
+}
+
+void* huge_alloc(size_t size, size_t alignment, bool zero) {
+  if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
+  size_t offset = huge_offset(alignment);
+  size_t mapping = round_up(offset + size, kOsPageSize);
+  Segment* segment = cache_take(mapping);
+  bool fresh = segment == nullptr;
+  if (fresh) {
+    segment = static_cast<Segment*>(os::map_aligned(mapping, kSegmentSize));
+    if (segment == nullptr) {
+      // Maybe cached mappings are what stands in the way.
+      if (huge_cache_purge(true, 0) == 0 && g_spans.purge(true) == 0) return fail_enomem();
+      segment = static_cast<Segment*>(os::map_aligned(mapping, kSegmentSize));
+      if (segment == nullptr) return fail_enomem();
+    }
+    segment_map_set(segment->base(), mapping, true);
+    stats::add(stats::g_global.mapped, mapping);
+    stats::add(stats::g_global.segments, 1);
+    stats::add(stats::g_global.committed, mapping);
+  } else {
+    mapping = segment->mapping_size;
+    if (segment->huge_purged) stats::add(stats::g_global.committed, mapping);
+  }
+  bool is_zero = fresh || segment->huge_purged;
+  segment->huge_purged = 0;
+  huge_setup(segment, mapping, offset);
+  stats::add(stats::g_global.large_in_use, segment->huge_usable);
+  void* block = reinterpret_cast<void*>(segment->pages[0].start);
+  if (zero && !is_zero) memset(block, 0, size);
+  return block;
+}
+
+void huge_free(Segment* segment) {
+  stats::sub(stats::g_global.large_in_use, segment->huge_usable);
+  Segment* evict = nullptr;
+  {
+    LockGuard guard(g_huge_lock);
+    if (segment->mapping_size <= g_options.huge_cache_bytes) {
+      segment->freed_at = os::monotonic_ms();
+      segment->prev = nullptr;
+      segment->next = g_huge_cache;
+      if (g_huge_cache != nullptr) g_huge_cache->prev = segment;
+      g_huge_cache = segment;
+      g_huge_cache_bytes += segment->mapping_size;
+      segment = nullptr;
+      // Over budget: the least recently freed mappings go.
+      while (g_huge_cache_bytes > g_options.huge_cache_bytes) {
+        Segment* oldest = g_huge_cache;
+        while (oldest->next != nullptr) oldest = oldest->next;
+        cache_unlink(oldest);
+        oldest->next = evict;
+        evict = oldest;
+      }
+    }
+  }
+  if (segment != nullptr) huge_unmap(segment);
+  while (evict != nullptr) {
+    Segment* next = evict->next;
+    huge_unmap(evict);
+    evict = next;
+  }
+}
+
+void* huge_realloc(Segment* segment, void* ptr, size_t size) {
+  if (size > kMaxRequest) return fail_enomem();
+  size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
+  size_t old_mapping = segment->mapping_size;
+  size_t old_usable = segment->huge_usable;
+  if (size > kMaxLargeSize) {
+    size_t mapping = round_up(offset + size, kOsPageSize);
+    if (mapping <= old_mapping && mapping * 2 > old_mapping) return ptr;  // fits, not much idle
+    bool resized = false;
+    Segment* moved = segment;
+    if (mapping < old_mapping) {
+      resized = os::remap_in_place(segment, old_mapping, mapping);
+    } else if (os::remap_in_place(segment, old_mapping, mapping)) {
+      resized = true;
+    } else {
+      // Move the pages to a fresh aligned reservation instead of copying.
+      void* target = os::map_aligned(mapping, kSegmentSize);
+      if (target != nullptr && os::remap_to(segment, old_mapping, mapping, target)) {
+        moved = static_cast<Segment*>(target);
+        segment_map_set(segment->base(), old_mapping, false);
+        resized = true;
+      } else if (target != nullptr) {
+        os::unmap(target, mapping);
+      }
+    }
+    if (resized) {
+      if (moved == segment) segment_map_set(segment->base(), old_mapping, false);
+      segment_map_set(moved->base(), mapping, true);
+      stats::add(stats::g_global.mapped, mapping);
+      stats::sub(stats::g_global.mapped, old_mapping);
+      stats::add(stats::g_global.committed, mapping);
+      stats::sub(stats::g_global.committed, old_mapping);
+      stats::sub(stats::g_global.large_in_use, old_usable);
+      huge_setup(moved, mapping, offset);
+      stats::add(stats::g_global.large_in_use, moved->huge_usable);
+      return reinterpret_cast<void*>(moved->pages[0].start);
+    }
+  }
+  void* fresh = alloc(size);
+  if (fresh == nullptr) return nullptr;
+  memcpy(fresh, ptr, size < old_usable ? size : old_usable);
+  huge_free(segment);
+  return fresh;
+}
+
+size_t huge_cache_purge(bool force, uint64_t now_ms) {
+  uint64_t delay = g_options.purge_delay_ms;
+  size_t purged = 0;
+  Segment* unmap_list = nullptr;
+  {
+    LockGuard guard(g_huge_lock);
+    g_huge_next_purge_ms = now_ms + (delay / 4 > 10 ? delay / 4 : 10);
+    for (Segment* s = g_huge_cache; s != nullptr;) {
+      Segment* next = s->next;
+      if (force) {
+        // Everything goes back, address space included.
+        cache_unlink(s);
+        s->next = unmap_list;
+        unmap_list = s;
+        purged += s->huge_purged ? 0 : s->mapping_size;
+      } else if (!s->huge_purged && now_ms >= s->freed_at + delay) {
+        os::purge(reinterpret_cast<void*>(s->base() + kHugeHeader), s->mapping_size - kHugeHeader);
+        s->huge_purged = 1;
+        purged += s->mapping_size - kHugeHeader;
+        stats::sub(stats::g_global.committed, s->mapping_size);
+        stats::add(stats::g_global.purged, s->mapping_size - kHugeHeader);
+      }
+      s = next;
+    }
+  }
+  while (unmap_list != nullptr) {
+    Segment* next = unmap_list->next;
+    huge_unmap(unmap_list);
+    unmap_list = next;
+  }
+  return purged;
+}
+
+void huge_cache_maybe_purge(uint64_t now_ms) {
+  if (__atomic_load_n(&g_huge_cache, __ATOMIC_RELAXED) == nullptr ||
+      now_ms < __atomic_load_n(&g_huge_next_purge_ms, __ATOMIC_RELAXED))
+    return;
+  huge_cache_purge(false, now_ms);
+}
+
+void huge_cache_lock_for_fork() { g_huge_lock.lock(); }
+void huge_cache_unlock_after_fork_parent() { g_huge_lock.unlock(); }
+void huge_cache_reset_after_fork_child() { g_huge_lock.reset_after_fork(); }
+
+}  // namespace xalloc

@@ -1,0 +1,36 @@
+// Large and huge blocks.
+//
+// Large blocks (above kMaxSlabSize, up to kMaxLargeSize) are spans of
+// slices taken straight from the span allocator; their size is kept to the
+// OS page, and realloc grows them in place when the slices after them are
+// free. Huge blocks (above kMaxLargeSize) get a mapping of their own, laid
+// out as a segment so free() finds them the same way; realloc moves them
+// with mremap instead of copying, and freed ones are cached for reuse.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "page.h"
+#include "report.h"
+#include "segment.h"
+
+namespace xalloc {
+
+// `alignment` is 0 or a power of two; `zero` asks for zeroed memory (which
+// costs nothing when the memory is fresh from the OS).
+void* large_alloc(size_t size, size_t alignment, bool zero);
+void large_free(Page* page);
+void* large_realloc(Page* page, void* ptr, size_t size);
+
+void* huge_alloc(size_t size, size_t alignment, bool zero);
+void huge_free(Segment* segment);
+void* huge_realloc(Segment* segment, void* ptr, size_t size);
+
+size_t huge_cache_purge(bool force, uint64_t now_ms);
+void huge_cache_maybe_purge(uint64_t now_ms);
+void huge_cache_lock_for_fork();
+void huge_cache_unlock_after_fork_parent();
+void huge_cache_reset_after_fork_child();
+
+}  // namespace xalloc

@@ -1,0 +1,126 @@
+#include "options.h"
+
+#include <cstring>
+
+#include "platform/os.h"
+#include "report.h"
+
+extern char** environ;
+
+namespace xalloc {
+
+Options g_options;
+
+namespace {
+
+enum class OptionType { kBool, kSize, kMillis, kCount };
+
+struct OptionSpec {
+  const char* name;  // without the XALLOC_ prefix
+  OptionType type;
+  void* target;
+  const char* help;
+};
+
+const OptionSpec kSpecs[] = {
+    {"PURGE_DELAY_MS", OptionType::kMillis, &g_options.purge_delay_ms,
+     "ms free memory stays resident before it is returned to the OS"},
+    {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse"},
+    {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse"},
+    {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,
+     "bytes of cross-thread frees buffered before they are sent"},
+    {"VERBOSE", OptionType::kBool, &g_options.verbose, "print the effective configuration at start-up"},
+    {"STATS", OptionType::kBool, &g_options.stats, "print statistics at exit"},
+    {"ABORT_ON_INVALID_FREE", OptionType::kBool, &g_options.abort_on_invalid_free,
+     "abort on free() of a pointer xalloc never handed out (0: ignore it)"},
+};
+
+bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {
+  if (*text == '\0') return false;
+  uint64_t value = 0;
+  const char* p = text;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    uint64_t digit = static_cast<uint64_t>(*p - '0');
+    if (value > (~uint64_t{0} - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  if (p == text) return false;
+  if (allow_suffix && *p != '\0') {
+    unsigned shift = 0;
+    switch (*p | 0x20) {
+      case 'k': shift = 10; break;
+      case 'm': shift = 20; break;
+      case 'g': shift = 30; break;
+      default: return false;
+    }
+    ++p;
+    if ((*p | 0x20) == 'i') ++p;
+    if ((*p | 0x20) == 'b') ++p;
+    if (value > (~uint64_t{0} >> shift)) return false;
+    value <<= shift;
+  }
+  if (*p != '\0') return false;
+  *out = value;
+  return true;
+}
+
+bool parse_bool(const char* text, bool* out) {
+  if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 || strcmp(text, "on") == 0) {
+    *out = true;
+    return true;
+  }
+  if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 || strcmp(text, "no") == 0 || strcmp(text, "off") == 0) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool apply(const OptionSpec& spec, const char* value) {
+  switch (spec.type) {
+    case OptionType::kBool:
+      return parse_bool(value, static_cast<bool*>(spec.target));
+    case OptionType::kSize:
+      return parse_unsigned(value, static_cast<uint64_t*>(spec.target), true);
+    case OptionType::kMillis:
+    case OptionType::kCount:
+      return parse_unsigned(value, static_cast<uint64_t*>(spec.target), false);
+  }
+  return false;
+}
+
+}  // namespace
+
+void options_init() {
+  if (environ == nullptr) return;
+  constexpr char kPrefix[] = "XALLOC_";
+  constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* entry = *e;
+    if (strncmp(entry, kPrefix, kPrefixLen) != 0) continue;
+    const char* name = entry + kPrefixLen;
+    const char* eq = strchr(name, '=');
+    if (eq == nullptr) continue;
+    size_t name_len = static_cast<size_t>(eq - name);
+    const OptionSpec* match = nullptr;
+    for (const OptionSpec& spec : kSpecs) {
+      if (strlen(spec.name) == name_len && strncmp(spec.name, name, name_len) == 0) match = &spec;
+    }
+    if (match == nullptr) {
+      report::warning("unknown option %s ignored", entry);
+    } else if (!apply(*match, eq + 1)) {
+      report::warning("bad value in %s ignored", entry);
+    }
+  }
+  if (g_options.verbose) options_print();
+}
+
+void options_print() {
+  for (const OptionSpec& spec : kSpecs) {
+    uint64_t value = spec.type == OptionType::kBool ? (*static_cast<bool*>(spec.target) ? 1 : 0)
+                                                    : *static_cast<uint64_t*>(spec.target);
+    report::message("option XALLOC_%s=%u  (%s)", spec.name, value, spec.help);
+  }
+}
+
+}  // namespace xalloc

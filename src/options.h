@@ -1,0 +1,34 @@
+// Run-time options, read from XALLOC_* environment variables at start-up.
+// docs/options.md lists every option; options.cpp holds the table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xalloc {
+
+struct Options {
+  // Free memory stays resident this long before it is purged (madvise), so
+  // that memory about to be reused is not faulted in again.
+  uint64_t purge_delay_ms = 500;
+  // Fully free segments kept mapped (purged) for reuse instead of unmapped.
+  uint64_t retain_segments = 1;
+  // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
+  uint64_t huge_cache_bytes = 256ull << 20;
+  // A thread buffers frees of other threads' blocks up to this many bytes
+  // before handing them to their owners in one atomic operation each.
+  uint64_t remote_batch_bytes = 16 << 10;
+  bool verbose = false;  // print the effective options at start-up
+  bool stats = false;    // print statistics at exit
+  // What free() does with a pointer xalloc never handed out: abort with a
+  // report (default), or ignore it (leak) for programs known to do it.
+  bool abort_on_invalid_free = true;
+};
+
+extern Options g_options;
+
+// Reads the environment; called once, before the first allocation is served.
+void options_init();
+void options_print();
+
+}  // namespace xalloc

@@ -1,0 +1,80 @@
+// Page descriptors: the metadata of one span of slices.
+//
+// A span is either a slab (blocks of one size class, owned by one thread
+// heap), a large block, a huge block (its own mapping) or free space. The
+// descriptor of a span lives in its segment's header, at the index of the
+// span's first slice; blocks themselves carry no header.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "config.h"
+
+namespace xalloc {
+
+struct Heap;
+
+// What a free block holds: the next pointer of whatever list it is on, and
+// a marker that says "this block is free" (see free_marker in alloc.h).
+struct FreeBlock {
+  FreeBlock* next;
+  uintptr_t marker;
+};
+
+enum class PageKind : uint8_t {
+  kFree = 0,   // unused slices (in the span allocator's bins)
+  kSlab = 1,   // blocks of one class
+  kLarge = 2,  // one block of more than kMaxSlabSize bytes
+  kHuge = 3,   // one block with a mapping of its own
+  kHeader = 4, // the segment header slice
+};
+
+// Where a slab stands with its owning heap (heap.cpp).
+enum class SlabState : uint8_t {
+  kDetached = 0,  // not owned, or being set up
+  kCurrent = 1,   // the slab its class allocates from
+  kPartial = 2,   // has free blocks; on the heap's partial list of its class
+  kFull = 3,      // no free blocks; on no list until enough are freed
+};
+
+struct alignas(64) Page {
+  // --- hot: read and written by the owning heap's fast paths ---
+  FreeBlock* free;    // blocks ready to hand out (slab)
+  // Frees left until this slab needs the owner's slow path. An active slab
+  // counts its blocks in use; while it is its class's current slab the
+  // count carries kCurrentBias so that it never reaches zero; a full slab
+  // counts down to the frees that wake it (heap.cpp).
+  uint32_t needed;
+  uint16_t slice_count;
+  uint8_t size_class;
+  uint8_t kind_bits : 3;   // PageKind
+  uint8_t state_bits : 2;  // SlabState
+  uint8_t is_zero : 1;     // the span's memory was all zero when it was taken
+  uint8_t unused_bits : 2;
+  std::atomic<Heap*> owner;  // slab: the heap that owns it; otherwise null
+  uintptr_t start;           // first byte of the first block
+  union {
+    uint64_t div_magic;      // slab: (offset * div_magic) < div_magic  <=>  offset is a block start
+    uint64_t freed_at;       // free span: when it became free (ms), for purge decay
+  };
+  // --- warm ---
+  uint32_t block_size;       // slab: class size; large: usable bytes
+  uint16_t capacity;         // slab: blocks that fit
+  uint16_t carved;           // slab: blocks carved so far (lazily, in batches)
+  Page* next;                // slab: heap's partial list; free: span bin list
+  Page* prev;
+
+  PageKind kind() const { return static_cast<PageKind>(kind_bits); }
+  void set_kind(PageKind k) { kind_bits = static_cast<uint8_t>(k) & 7; }
+  SlabState state() const { return static_cast<SlabState>(state_bits); }
+  void set_state(SlabState s) { state_bits = static_cast<uint8_t>(s) & 3; }
+  size_t span_bytes() const { return size_t{slice_count} << kSliceShift; }
+};
+
+static_assert(sizeof(Page) == 64);
+static_assert(sizeof(FreeBlock) <= kMinAlignment);
+
+constexpr uint32_t kCurrentBias = uint32_t{1} << 30;
+
+}  // namespace xalloc

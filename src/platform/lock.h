@@ -1,0 +1,69 @@
+// A small futex mutex for the allocator's slow paths.
+//
+// Three states (Drepper, "Futexes are tricky"): 0 unlocked, 1 locked,
+// 2 locked with waiters. Uncontended lock/unlock is one atomic each; the
+// acquire/release orderings are what ThreadSanitizer reasons with, so the
+// futex system calls only put threads to sleep.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "platform/os.h"
+
+namespace xalloc {
+
+class Mutex {
+ public:
+  constexpr Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void lock() {
+    uint32_t expected = 0;
+    if (state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    lock_contended();
+  }
+
+  bool try_lock() {
+    uint32_t expected = 0;
+    return state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+
+  void unlock() {
+    if (state_.exchange(0, std::memory_order_release) == 2) os::futex_wake_one(raw());
+  }
+
+  // After fork() only the forking thread exists in the child: whoever held
+  // the lock in the parent is gone, so the child starts it afresh.
+  void reset_after_fork() { state_.store(0, std::memory_order_relaxed); }
+
+ private:
+  void lock_contended() {
+    for (int spin = 0; spin < 64; ++spin) {
+      uint32_t expected = 0;
+      if (state_.load(std::memory_order_relaxed) == 0 &&
+          state_.compare_exchange_weak(expected, 1, std::memory_order_acquire, std::memory_order_relaxed))
+        return;
+      __builtin_ia32_pause();
+    }
+    while (state_.exchange(2, std::memory_order_acquire) != 0) os::futex_wait(raw(), 2);
+  }
+
+  const volatile uint32_t* raw() const { return reinterpret_cast<const volatile uint32_t*>(&state_); }
+
+  std::atomic<uint32_t> state_{0};
+};
+
+class LockGuard {
+ public:
+  explicit LockGuard(Mutex& m) : m_(m) { m_.lock(); }
+  ~LockGuard() { m_.unlock(); }
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+
+ private:
+  Mutex& m_;
+};
+
+}  // namespace xalloc

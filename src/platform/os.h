@@ -1,0 +1,51 @@
+// Platform layer: everything xalloc asks of the operating system.
+//
+// The rest of the allocator reaches Linux only through these functions.
+// They issue raw system calls (no libc wrappers), so they never allocate,
+// never take a libc lock and never touch errno: malloc must be callable
+// from anywhere, including from inside libc and from interposed mmap hooks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xalloc::os {
+
+// Maps `size` bytes of fresh, zeroed, read-write memory aligned to
+// `alignment` (a power of two, at least the OS page size). Returns nullptr
+// when the OS refuses.
+void* map_aligned(size_t size, size_t alignment);
+void* map(size_t size, void* hint = nullptr);
+void unmap(void* addr, size_t size);
+
+// Gives the physical pages back; the range stays mapped and reads as zero.
+void purge(void* addr, size_t size);
+
+// Resizes a mapping in place (no move). Returns false if it cannot.
+bool remap_in_place(void* addr, size_t old_size, size_t new_size);
+// Moves a mapping to `target` (which must be a mapping of new_size bytes
+// that is replaced), growing or shrinking it. Returns false on failure.
+bool remap_to(void* addr, size_t old_size, size_t new_size, void* target);
+
+bool protect_none(void* addr, size_t size);
+
+// Futex-based waiting on a 32-bit word (private to the process).
+void futex_wait(const volatile uint32_t* word, uint32_t expected);
+void futex_wake_one(const volatile uint32_t* word);
+
+uint64_t thread_id();
+uint64_t monotonic_ms();
+uint64_t monotonic_ns();
+
+// 64 bits of entropy from the kernel (getrandom, falling back to AT_RANDOM).
+uint64_t random_u64();
+
+// Looks an environment variable up without allocating; nullptr if unset.
+const char* get_env(const char* name);
+
+// Writes all of buf to standard error.
+void write_stderr(const char* buf, size_t len);
+
+[[noreturn]] void abort_process();
+
+}  // namespace xalloc::os

@@ -1,0 +1,168 @@
+// Linux implementation of the platform layer (see os.h).
+#include "platform/os.h"
+
+#include <linux/futex.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+extern char** environ;
+
+namespace xalloc::os {
+namespace {
+
+// System calls without libc: errno stays untouched and no interposed
+// wrapper (some tools hook mmap) can call back into malloc.
+inline long raw_syscall(long n, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0, long a6 = 0) {
+  long ret;
+  register long r10 __asm__("r10") = a4;
+  register long r8 __asm__("r8") = a5;
+  register long r9 __asm__("r9") = a6;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+
+inline bool failed(long ret) { return static_cast<unsigned long>(ret) > static_cast<unsigned long>(-4096L); }
+
+constexpr int kMapFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+}  // namespace
+
+void* map(size_t size, void* hint) {
+  long ret = raw_syscall(SYS_mmap, reinterpret_cast<long>(hint), static_cast<long>(size), PROT_READ | PROT_WRITE,
+                         kMapFlags, -1, 0);
+  return failed(ret) ? nullptr : reinterpret_cast<void*>(ret);
+}
+
+void unmap(void* addr, size_t size) {
+  if (size != 0) raw_syscall(SYS_munmap, reinterpret_cast<long>(addr), static_cast<long>(size));
+}
+
+void* map_aligned(size_t size, size_t alignment) {
+  // Ask at the address where an aligned mapping would follow the last one,
+  // which usually succeeds; otherwise over-map and trim the ends.
+  static uintptr_t next_hint = 0;
+  uintptr_t hint = __atomic_load_n(&next_hint, __ATOMIC_RELAXED);
+  if (hint != 0) {
+    void* p = map(size, reinterpret_cast<void*>(hint));
+    if (p == nullptr) return nullptr;
+    if ((reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0) {
+      __atomic_store_n(&next_hint, reinterpret_cast<uintptr_t>(p) + size, __ATOMIC_RELAXED);
+      return p;
+    }
+    unmap(p, size);
+  }
+  size_t padded = size + alignment;
+  if (padded < size) return nullptr;
+  auto raw = reinterpret_cast<uintptr_t>(map(padded));
+  if (raw == 0) return nullptr;
+  uintptr_t aligned = (raw + alignment - 1) & ~(alignment - 1);
+  unmap(reinterpret_cast<void*>(raw), aligned - raw);
+  unmap(reinterpret_cast<void*>(aligned + size), raw + padded - (aligned + size));
+  __atomic_store_n(&next_hint, aligned + size, __ATOMIC_RELAXED);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void purge(void* addr, size_t size) {
+  // MADV_DONTNEED rather than MADV_FREE: the pages leave RSS at once, which
+  // is what users and their monitoring measure (docs/memory.md).
+  if (size != 0) raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_DONTNEED);
+}
+
+bool remap_in_place(void* addr, size_t old_size, size_t new_size) {
+  long ret = raw_syscall(SYS_mremap, reinterpret_cast<long>(addr), static_cast<long>(old_size),
+                         static_cast<long>(new_size), 0);
+  return !failed(ret);
+}
+
+bool remap_to(void* addr, size_t old_size, size_t new_size, void* target) {
+  long ret = raw_syscall(SYS_mremap, reinterpret_cast<long>(addr), static_cast<long>(old_size),
+                         static_cast<long>(new_size), MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<long>(target));
+  return !failed(ret);
+}
+
+bool protect_none(void* addr, size_t size) {
+  return !failed(raw_syscall(SYS_mprotect, reinterpret_cast<long>(addr), static_cast<long>(size), PROT_NONE));
+}
+
+void futex_wait(const volatile uint32_t* word, uint32_t expected) {
+  raw_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT_PRIVATE, expected, 0);
+}
+
+void futex_wake_one(const volatile uint32_t* word) {
+  raw_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAKE_PRIVATE, 1);
+}
+
+uint64_t thread_id() { return static_cast<uint64_t>(raw_syscall(SYS_gettid)); }
+
+uint64_t monotonic_ns() {
+  // clock_gettime is served by the vDSO: no system call, no allocation.
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t monotonic_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000ull + static_cast<uint64_t>(ts.tv_nsec) / 1000000ull;
+}
+
+uint64_t random_u64() {
+  uint64_t value = 0;
+  long got = raw_syscall(SYS_getrandom, reinterpret_cast<long>(&value), sizeof(value), 1 /* GRND_NONBLOCK */);
+  if (got != static_cast<long>(sizeof(value))) {
+    // The kernel places 16 random bytes in every process's auxiliary vector.
+    auto* at_random = reinterpret_cast<const unsigned char*>(getauxval(AT_RANDOM));
+    if (at_random != nullptr) memcpy(&value, at_random + 8, sizeof(value));
+    value ^= monotonic_ns() * 0x9E3779B97F4A7C15ull;
+  }
+  return value;
+}
+
+const char* get_env(const char* name) {
+  if (environ == nullptr) return nullptr;
+  size_t len = strlen(name);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+  }
+  return nullptr;
+}
+
+void write_stderr(const char* buf, size_t len) {
+  while (len > 0) {
+    long n = raw_syscall(SYS_write, 2, reinterpret_cast<long>(buf), static_cast<long>(len));
+    if (n == -EINTR) continue;
+    if (failed(n) || n == 0) return;
+    buf += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+void abort_process() {
+  // abort() flushes stdio, which may allocate; raise SIGABRT directly and
+  // make sure nothing catches it before falling back to exit_group.
+  raw_syscall(SYS_tgkill, raw_syscall(SYS_getpid), raw_syscall(SYS_gettid), SIGABRT);
+  struct sigaction_raw {
+    void* handler;
+    unsigned long flags;
+    void* restorer;
+    unsigned long mask;
+  } dfl = {reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
+  raw_syscall(SYS_rt_sigaction, SIGABRT, reinterpret_cast<long>(&dfl), 0, 8);
+  unsigned long unblock = 1ul << (SIGABRT - 1);
+  raw_syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, reinterpret_cast<long>(&unblock), 0, 8);
+  raw_syscall(SYS_tgkill, raw_syscall(SYS_getpid), raw_syscall(SYS_gettid), SIGABRT);
+  raw_syscall(SYS_exit_group, 134);
+  __builtin_unreachable();
+}
+
+}  // namespace xalloc::os

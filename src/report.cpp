@@ -1,0 +1,121 @@
+#include "report.h"
+
+#include <cstring>
+
+#include "platform/os.h"
+
+namespace xalloc {
+
+const char* caller_name(Caller caller) {
+  switch (caller) {
+    case Caller::kFree: return "free()";
+    case Caller::kRealloc: return "realloc()";
+    case Caller::kFreeSized: return "free_sized()";
+    case Caller::kFreeAlignedSized: return "free_aligned_sized()";
+    case Caller::kUsableSize: return "malloc_usable_size()";
+    case Caller::kDelete: return "operator delete()";
+    case Caller::kDeleteSized: return "operator delete(sized)";
+    case Caller::kDeleteAligned: return "operator delete(aligned)";
+  }
+  return "?";
+}
+
+namespace report {
+namespace {
+
+class Writer {
+ public:
+  Writer(char* buf, size_t size) : buf_(buf), size_(size) {}
+  void put(char c) {
+    if (len_ + 1 < size_) buf_[len_++] = c;
+  }
+  void put(const char* s) {
+    while (*s) put(*s++);
+  }
+  void put_unsigned(uint64_t v, unsigned base) {
+    char digits[24];
+    size_t n = 0;
+    do {
+      digits[n++] = "0123456789abcdef"[v % base];
+      v /= base;
+    } while (v != 0);
+    while (n > 0) put(digits[--n]);
+  }
+  size_t finish() {
+    buf_[len_ < size_ ? len_ : size_ - 1] = '\0';
+    return len_;
+  }
+
+ private:
+  char* buf_;
+  size_t size_;
+  size_t len_ = 0;
+};
+
+}  // namespace
+
+size_t format(char* buf, size_t size, const char* fmt, const Arg* args, size_t nargs) {
+  Writer w(buf, size);
+  size_t next = 0;
+  for (const char* f = fmt; *f; ++f) {
+    if (*f != '%' || f[1] == '\0') {
+      w.put(*f);
+      continue;
+    }
+    char directive = *++f;
+    if (directive == '%') {
+      w.put('%');
+      continue;
+    }
+    if (next >= nargs) {
+      w.put("<?>");
+      continue;
+    }
+    const Arg& a = args[next++];
+    switch (a.kind) {
+      case Arg::Kind::kString: w.put(a.s != nullptr ? a.s : "(null)"); break;
+      case Arg::Kind::kPointer:
+        w.put("0x");
+        w.put_unsigned(reinterpret_cast<uintptr_t>(a.p), 16);
+        break;
+      case Arg::Kind::kSigned:
+        if (a.i < 0) {
+          w.put('-');
+          w.put_unsigned(static_cast<uint64_t>(-(a.i + 1)) + 1, 10);
+        } else {
+          w.put_unsigned(static_cast<uint64_t>(a.i), 10);
+        }
+        break;
+      case Arg::Kind::kUnsigned:
+        if (directive == 'x' || directive == 'p') w.put("0x");
+        w.put_unsigned(a.u, (directive == 'x' || directive == 'p') ? 16 : 10);
+        break;
+    }
+  }
+  return w.finish();
+}
+
+void emit(const char* prefix, const char* fmt, const Arg* args, size_t nargs) {
+  char line[512];
+  size_t plen = strlen(prefix);
+  memcpy(line, prefix, plen);
+  size_t len = plen + format(line + plen, sizeof(line) - plen - 1, fmt, args, nargs);
+  line[len++] = '\n';
+  os::write_stderr(line, len);
+}
+
+void emit_fatal(const char* fmt, const Arg* args, size_t nargs) {
+  emit("xalloc: ", fmt, args, nargs);
+  os::abort_process();
+}
+
+}  // namespace report
+
+void report_misuse(const char* problem, const void* ptr, size_t block_size, Caller caller) {
+  if (block_size != 0) {
+    report::fatal("%s of %p (%u-byte class) in %s", problem, ptr, block_size, caller_name(caller));
+  }
+  report::fatal("%s of %p in %s", problem, ptr, caller_name(caller));
+}
+
+}  // namespace xalloc

@@ -1,0 +1,106 @@
+#include "segment.h"
+
+#include <cstring>
+
+#include "platform/os.h"
+#include "stats.h"
+
+namespace xalloc {
+
+// 4 MiB of .bss: only the pages covering used granules ever become resident.
+uint8_t g_segment_map[kSegmentMapEntries];
+
+void segment_map_set(uintptr_t base, size_t size, bool present) {
+  uintptr_t first = base >> kSegmentShift;
+  uintptr_t last = (base + size - 1) >> kSegmentShift;
+  for (uintptr_t i = first; i <= last && i < kSegmentMapEntries; ++i) {
+    uint8_t value = present ? (i == first ? kMapSegmentHead : kMapHugeTail) : kMapUnused;
+    __atomic_store_n(&g_segment_map[i], value, __ATOMIC_RELEASE);
+  }
+}
+
+Segment* segment_create() {
+  void* memory = os::map_aligned(kSegmentSize, kSegmentSize);
+  if (memory == nullptr) return nullptr;
+  auto* segment = static_cast<Segment*>(memory);
+  // The mapping is fresh, so every field not set here is already zero.
+  segment->kind = SegmentKind::kNormal;
+  segment->mapping_size = kSegmentSize;
+  segment->used_slices = 1;
+  segment->dirty[0] = 1;  // the header slice
+  stats::add(stats::g_global.committed, kSliceSize);
+
+  Page* header = &segment->pages[0];
+  header->set_kind(PageKind::kHeader);
+  header->slice_count = 1;
+  header->start = segment->base();
+  segment->page_of_slice[0] = header;
+
+  segment_map_set(segment->base(), kSegmentSize, true);
+  stats::add(stats::g_global.mapped, kSegmentSize);
+  stats::add(stats::g_global.segments, 1);
+  return segment;
+}
+
+void segment_destroy(Segment* segment) {
+  size_t size = segment->mapping_size;
+  if (segment->kind == SegmentKind::kNormal) {
+    size_t dirty = 0;
+    for (uint64_t word : segment->dirty) dirty += static_cast<size_t>(__builtin_popcountll(word));
+    stats::sub(stats::g_global.committed, dirty << kSliceShift);
+  }
+  segment_map_set(segment->base(), size, false);
+  stats::sub(stats::g_global.mapped, size);
+  stats::sub(stats::g_global.segments, 1);
+  os::unmap(segment, size);
+}
+
+namespace {
+
+inline bool dirty_bit(const Segment* s, size_t i) { return (s->dirty[i / 64] >> (i % 64)) & 1; }
+
+}  // namespace
+
+bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) {
+  for (size_t i = first; i < first + count; ++i) {
+    if (dirty_bit(segment, i)) return false;
+  }
+  return true;
+}
+
+void segment_mark_dirty(Segment* segment, size_t first, size_t count) {
+  size_t newly = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    if (!dirty_bit(segment, i)) {
+      segment->dirty[i / 64] |= uint64_t{1} << (i % 64);
+      ++newly;
+    }
+  }
+  stats::add(stats::g_global.committed, newly << kSliceShift);
+}
+
+size_t segment_purge_range(Segment* segment, size_t first, size_t count) {
+  size_t purged = 0;
+  size_t i = first;
+  size_t end = first + count;
+  while (i < end) {
+    if (!dirty_bit(segment, i)) {
+      ++i;
+      continue;
+    }
+    size_t run = i;
+    while (run < end && dirty_bit(segment, run)) {
+      segment->dirty[run / 64] &= ~(uint64_t{1} << (run % 64));
+      ++run;
+    }
+    size_t bytes = (run - i) << kSliceShift;
+    os::purge(reinterpret_cast<void*>(segment->slice_address(i)), bytes);
+    purged += bytes;
+    stats::sub(stats::g_global.committed, bytes);
+    stats::add(stats::g_global.purged, bytes);
+    i = run;
+  }
+  return purged;
+}
+
+}  // namespace xalloc

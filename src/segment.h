@@ -1,0 +1,91 @@
+// Segments: the naturally aligned regions all memory comes from.
+//
+// A segment is kSegmentSize bytes aligned to kSegmentSize. Its first slice
+// holds this header; the other slices form spans (slabs, large blocks or
+// free space) whose descriptors live in `pages`. Any address inside the
+// first granule finds its descriptor by arithmetic: mask to the segment,
+// shift to the slice, one load from page_of_slice. Huge blocks are segments
+// of their own, possibly longer than one granule.
+//
+// The segment map (one byte per granule of the 47-bit address space) says
+// which granules are xalloc's, so free() can tell its pointers from foreign
+// ones without reading memory that might not exist.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "config.h"
+#include "page.h"
+
+namespace xalloc {
+
+enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
+
+struct Segment {
+  SegmentKind kind;
+  uint32_t used_slices;       // normal: slices not in free spans (the header counts)
+  size_t mapping_size;        // bytes mapped for this segment
+  size_t huge_usable;         // huge: bytes the block can hold
+  Segment* next;              // span allocator's segment list / huge cache
+  Segment* prev;
+  uint64_t freed_at;          // huge cache: when the block was freed (ms)
+  uint8_t huge_purged;        // huge cache: its pages were given back
+  // Slices that may be resident (touched since the last purge): a span with
+  // none of its bits set reads as zero.
+  uint64_t dirty[kSlicesPerSegment / 64];
+  Page* page_of_slice[kSlicesPerSegment];
+  Page pages[kSlicesPerSegment];
+
+  uintptr_t base() const { return reinterpret_cast<uintptr_t>(this); }
+  size_t slice_index(const Page* page) const { return static_cast<size_t>(page - pages); }
+  uintptr_t slice_address(size_t index) const { return base() + (index << kSliceShift); }
+};
+
+static_assert(sizeof(Segment) <= kSliceSize, "the header must fit in slice 0");
+
+// ---------------------------------------------------------------------------
+// Segment map
+
+constexpr size_t kSegmentMapEntries = size_t{1} << (kAddressBits - kSegmentShift);
+
+enum : uint8_t {
+  kMapUnused = 0,
+  kMapSegmentHead = 1,  // a segment's first granule: pointers here are looked up
+  kMapHugeTail = 2,     // a later granule of a huge segment
+};
+
+extern uint8_t g_segment_map[kSegmentMapEntries];
+
+inline uint8_t segment_map_entry(uintptr_t address) {
+  uintptr_t index = address >> kSegmentShift;
+  if (index >= kSegmentMapEntries) return kMapUnused;
+  return __atomic_load_n(&g_segment_map[index], __ATOMIC_RELAXED);
+}
+
+inline Segment* segment_of(uintptr_t address) { return reinterpret_cast<Segment*>(address & ~kSegmentMask); }
+
+inline Page* page_of(const Segment* segment, uintptr_t address) {
+  return segment->page_of_slice[(address - segment->base()) >> kSliceShift];
+}
+
+// Null when xalloc does not own the address (or it lies in a huge tail).
+inline Page* lookup_page(uintptr_t address) {
+  if (segment_map_entry(address) != kMapSegmentHead) return nullptr;
+  return page_of(segment_of(address), address);
+}
+
+void segment_map_set(uintptr_t base, size_t size, bool present);
+
+// Maps and initialises a normal segment (all slices free but the header).
+Segment* segment_create();
+void segment_destroy(Segment* segment);
+
+// Dirty-slice bookkeeping (callers hold the span allocator's lock).
+bool segment_range_is_clean(const Segment* segment, size_t first, size_t count);
+void segment_mark_dirty(Segment* segment, size_t first, size_t count);
+// Purges the dirty parts of [first, first+count); returns bytes purged.
+size_t segment_purge_range(Segment* segment, size_t first, size_t count);
+
+}  // namespace xalloc

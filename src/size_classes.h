@@ -1,0 +1,86 @@
+// Size classes: the block sizes slabs are carved into.
+//
+// Classes 0..7 are 16..128 bytes in 16-byte steps; above that, four classes
+// per power of two (160, 192, 224, 256, 320, ...) up to 64 KiB. Internal
+// waste is below 16 bytes up to 128 bytes and below 20% above (a request of
+// 2^k + 1 bytes gets 2^k + 2^(k-2)). Every class size is a multiple of 16,
+// and a block is aligned to the largest power of two that divides its class
+// size, which is how aligned requests are served from slabs.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+#include "config.h"
+
+namespace xalloc {
+
+constexpr unsigned kFineClasses = 8;                 // 16..128
+constexpr unsigned kClassesPerDoubling = 4;
+constexpr unsigned kFirstCoarseShift = 7;            // coarse classes start above 128
+constexpr unsigned kNumClasses = kFineClasses + (std::bit_width(kMaxSlabSize) - 1 - kFirstCoarseShift) * 4;  // 44
+
+constexpr size_t class_size_of(unsigned cls) {
+  if (cls < kFineClasses) return (cls + 1) * 16;
+  unsigned group = (cls - kFineClasses) / kClassesPerDoubling;
+  unsigned index = (cls - kFineClasses) % kClassesPerDoubling;
+  size_t base = size_t{1} << (kFirstCoarseShift + group);
+  return base + (index + 1) * (base / kClassesPerDoubling);
+}
+
+// Class of a request of `size` bytes (1 <= size <= kMaxSlabSize; 0 is
+// served as 1). Branch-light: used on the fast path for sizes above 1 KiB.
+constexpr unsigned class_of(size_t size) {
+  if (size <= 128) return size == 0 ? 0 : static_cast<unsigned>((size - 1) >> 4);
+  unsigned e = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^e < size <= 2^(e+1)
+  unsigned shift = e - 2;
+  unsigned index = static_cast<unsigned>(((size - 1) >> shift) & 3);
+  return kFineClasses + (e - kFirstCoarseShift) * kClassesPerDoubling + index;
+}
+
+// Sizes up to kMaxSmallSize are looked up by 16-byte granule.
+constexpr size_t kDirectSlots = kMaxSmallSize / 16 + 1;
+constexpr size_t granule_of(size_t size) { return (size + 15) >> 4; }
+
+struct ClassInfo {
+  uint32_t size;
+  uint16_t slices;    // slab length in slices
+  uint16_t capacity;  // blocks per slab
+  uint64_t div_magic; // (offset * div_magic) <= div_magic - 1  <=>  offset % size == 0
+};
+
+constexpr ClassInfo make_class_info(unsigned cls) {
+  size_t size = class_size_of(cls);
+  // Slabs hold at least eight blocks (one slice for classes up to 8 KiB);
+  // the slab tail that no block fits in is then below 1/8 of the slab.
+  size_t slices = (size * 8 + kSliceSize - 1) / kSliceSize;
+  if (slices == 0) slices = 1;
+  size_t capacity = slices * kSliceSize / size;
+  return ClassInfo{static_cast<uint32_t>(size), static_cast<uint16_t>(slices), static_cast<uint16_t>(capacity),
+                   ~uint64_t{0} / size + 1};
+}
+
+constexpr auto kClassInfo = [] {
+  std::array<ClassInfo, kNumClasses> table{};
+  for (unsigned c = 0; c < kNumClasses; ++c) table[c] = make_class_info(c);
+  return table;
+}();
+
+constexpr auto kGranuleClass = [] {
+  std::array<uint8_t, kDirectSlots> table{};
+  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(class_of(g * 16));
+  return table;
+}();
+
+// The smallest class whose blocks are all aligned to `alignment` (a power of
+// two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
+unsigned aligned_class_of(size_t size, size_t alignment);
+
+static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
+static_assert(class_of(kMaxSlabSize) == kNumClasses - 1);
+static_assert(class_of(129) == kFineClasses && class_size_of(kFineClasses) == 160);
+static_assert(kClassInfo[kNumClasses - 1].capacity >= 8);
+
+}  // namespace xalloc

@@ -1,0 +1,290 @@
+#include "span_allocator.h"
+
+#include <bit>
+
+#include "debug.h"
+#include "options.h"
+#include "platform/os.h"
+#include "stats.h"
+
+namespace xalloc {
+
+SpanAllocator g_spans;
+
+namespace {
+
+constexpr size_t kPayloadSlices = kSlicesPerSegment - 1;
+
+inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
+
+void map_slices(Segment* segment, size_t first, size_t count, Page* page) {
+  for (size_t i = first; i < first + count; ++i) segment->page_of_slice[i] = page;
+}
+
+}  // namespace
+
+// Bins hold free spans by length: exact for 1..8 slices, then four bins per
+// power of two. A span in bin b is at least as long as bin b's minimum.
+size_t SpanAllocator::bin_of(size_t slices) {
+  if (slices <= 8) return slices - 1;
+  unsigned e = static_cast<unsigned>(std::bit_width(slices)) - 1;
+  return 8 + (e - 3) * 4 + ((slices >> (e - 2)) & 3);
+}
+
+void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at) {
+  Page* span = &segment->pages[first];
+  span->set_kind(PageKind::kFree);
+  span->set_state(SlabState::kDetached);
+  span->owner.store(nullptr, std::memory_order_relaxed);
+  span->free = nullptr;
+  span->needed = 0;
+  span->slice_count = static_cast<uint16_t>(count);
+  span->start = segment->slice_address(first);
+  span->freed_at = freed_at;
+  map_slices(segment, first, count, span);
+
+  size_t bin = bin_of(count);
+  span->prev = nullptr;
+  span->next = bins_[bin];
+  if (span->next != nullptr) span->next->prev = span;
+  bins_[bin] = span;
+  nonempty_bins_ |= 1u << bin;
+  if (count == kPayloadSlices) ++free_segments_;
+}
+
+void SpanAllocator::remove_free(Page* span) {
+  size_t bin = bin_of(span->slice_count);
+  if (span->prev != nullptr) {
+    span->prev->next = span->next;
+  } else {
+    bins_[bin] = span->next;
+    if (bins_[bin] == nullptr) nonempty_bins_ &= ~(1u << bin);
+  }
+  if (span->next != nullptr) span->next->prev = span->prev;
+  span->next = span->prev = nullptr;
+  if (span->slice_count == kPayloadSlices) --free_segments_;
+}
+
+Page* SpanAllocator::take_fitting(size_t slices) {
+  size_t bin = bin_of(slices);
+  // The span's own bin may hold shorter spans: first fit within it.
+  for (Page* span = bins_[bin]; span != nullptr; span = span->next) {
+    if (span->slice_count >= slices) return span;
+  }
+  uint32_t higher = nonempty_bins_ & ~((2u << bin) - 1);
+  if (higher == 0) return nullptr;
+  return bins_[std::countr_zero(higher)];
+}
+
+Segment* SpanAllocator::add_segment_locked(Segment* segment) {
+  segment->prev = nullptr;
+  segment->next = segments_;
+  if (segments_ != nullptr) segments_->prev = segment;
+  segments_ = segment;
+  insert_free(segment, 1, kPayloadSlices, 0);
+  return segment;
+}
+
+Page* SpanAllocator::allocate_locked(size_t slices, bool* is_zero) {
+  Page* span = take_fitting(slices);
+  if (span == nullptr) return nullptr;
+  remove_free(span);
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  size_t total = span->slice_count;
+  uint64_t freed_at = span->freed_at;
+  if (total > slices) insert_free(segment, first + slices, total - slices, freed_at);
+
+  *is_zero = segment_range_is_clean(segment, first, slices);
+  segment_mark_dirty(segment, first, slices);
+  segment->used_slices += static_cast<uint32_t>(slices);
+
+  span->slice_count = static_cast<uint16_t>(slices);
+  span->start = segment->slice_address(first);
+  span->next = span->prev = nullptr;
+  span->set_kind(PageKind::kLarge);  // in use; the caller sets the real kind
+  map_slices(segment, first, slices, span);
+  return span;
+}
+
+Page* SpanAllocator::allocate(size_t slices, bool* is_zero) {
+  {
+    LockGuard guard(lock_);
+    Page* span = allocate_locked(slices, is_zero);
+    if (span != nullptr) return span;
+  }
+  // Map outside the lock: the system call can take a while.
+  Segment* segment = segment_create();
+  if (segment == nullptr) return nullptr;
+  LockGuard guard(lock_);
+  add_segment_locked(segment);
+  return allocate_locked(slices, is_zero);
+}
+
+void SpanAllocator::release_locked(Page* span) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  size_t count = span->slice_count;
+  segment->used_slices -= static_cast<uint32_t>(count);
+  dirty_free_slices_ += count;
+  uint64_t now = os::monotonic_ms();
+
+  // Coalesce with the free spans on either side.
+  size_t end = first + count;
+  if (end < kSlicesPerSegment) {
+    Page* after = segment->page_of_slice[end];
+    if (after != nullptr && after->kind() == PageKind::kFree && segment->slice_index(after) == end) {
+      remove_free(after);
+      count += after->slice_count;
+    }
+  }
+  if (first > 1) {
+    Page* before = segment->page_of_slice[first - 1];
+    if (before != nullptr && before->kind() == PageKind::kFree) {
+      remove_free(before);
+      size_t before_first = segment->slice_index(before);
+      count += first - before_first;
+      first = before_first;
+    }
+  }
+  insert_free(segment, first, count, now);
+}
+
+void SpanAllocator::release(Page* span) {
+  uint64_t now = os::monotonic_ms();
+  LockGuard guard(lock_);
+  release_locked(span);
+  XALLOC_DEBUG_ONLY(check_invariants());
+  if (now >= next_purge_ms_) purge_locked(false, now);
+}
+
+bool SpanAllocator::try_grow(Page* span, size_t slices) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  if (first + slices > kSlicesPerSegment) return false;
+  LockGuard guard(lock_);
+  size_t end = first + span->slice_count;
+  Page* after = end < kSlicesPerSegment ? segment->page_of_slice[end] : nullptr;
+  if (after == nullptr || after->kind() != PageKind::kFree || segment->slice_index(after) != end) return false;
+  size_t extra = slices - span->slice_count;
+  if (after->slice_count < extra) return false;
+  remove_free(after);
+  size_t rest = after->slice_count - extra;
+  uint64_t freed_at = after->freed_at;
+  if (rest > 0) insert_free(segment, end + extra, rest, freed_at);
+  segment_mark_dirty(segment, end, extra);
+  segment->used_slices += static_cast<uint32_t>(extra);
+  span->slice_count = static_cast<uint16_t>(slices);
+  map_slices(segment, end, extra, span);
+  return true;
+}
+
+void SpanAllocator::shrink(Page* span, size_t slices) {
+  if (slices >= span->slice_count) return;
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  LockGuard guard(lock_);
+  size_t tail_first = first + slices;
+  size_t tail_count = span->slice_count - slices;
+  span->slice_count = static_cast<uint16_t>(slices);
+  Page* tail = &segment->pages[tail_first];
+  tail->slice_count = static_cast<uint16_t>(tail_count);
+  tail->set_kind(PageKind::kLarge);
+  map_slices(segment, tail_first, tail_count, tail);
+  release_locked(tail);
+}
+
+Page* SpanAllocator::trim_front(Page* span, size_t slices) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  LockGuard guard(lock_);
+  Page* rest = &segment->pages[first + slices];
+  rest->slice_count = static_cast<uint16_t>(span->slice_count - slices);
+  rest->start = segment->slice_address(first + slices);
+  rest->set_kind(PageKind::kLarge);
+  rest->next = rest->prev = nullptr;
+  map_slices(segment, first + slices, rest->slice_count, rest);
+  span->slice_count = static_cast<uint16_t>(slices);
+  span->set_kind(PageKind::kLarge);
+  release_locked(span);
+  return rest;
+}
+
+size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
+  uint64_t delay = g_options.purge_delay_ms;
+  next_purge_ms_ = now_ms + (delay / 4 > 10 ? delay / 4 : 10);
+  size_t purged = 0;
+  if (dirty_free_slices_ != 0) {
+    size_t still_dirty = 0;
+    for (Page* bin_head : bins_) {
+      for (Page* span = bin_head; span != nullptr; span = span->next) {
+        Segment* segment = segment_of_page(span);
+        size_t first = segment->slice_index(span);
+        if (force || now_ms >= span->freed_at + delay) {
+          purged += segment_purge_range(segment, first, span->slice_count);
+        } else if (!segment_range_is_clean(segment, first, span->slice_count)) {
+          still_dirty += span->slice_count;
+        }
+      }
+    }
+    dirty_free_slices_ = still_dirty;
+  }
+  // Unmap empty segments beyond the retained count, once purged (or forced).
+  size_t keep = force ? 0 : g_options.retain_segments;
+  for (Segment* segment = segments_; segment != nullptr && free_segments_ > keep;) {
+    Segment* next = segment->next;
+    Page* span = segment->page_of_slice[1];
+    if (span->kind() == PageKind::kFree && span->slice_count == kPayloadSlices &&
+        segment_range_is_clean(segment, 1, kPayloadSlices)) {
+      remove_free(span);
+      if (segment->prev != nullptr) segment->prev->next = segment->next;
+      else segments_ = segment->next;
+      if (segment->next != nullptr) segment->next->prev = segment->prev;
+      segment_destroy(segment);
+    }
+    segment = next;
+  }
+  return purged;
+}
+
+size_t SpanAllocator::purge(bool force) {
+  LockGuard guard(lock_);
+  return purge_locked(force, os::monotonic_ms());
+}
+
+void SpanAllocator::maybe_purge(uint64_t now_ms) {
+  if (now_ms < __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED)) return;
+  if (!lock_.try_lock()) return;  // someone else is in here and will do it
+  purge_locked(false, now_ms);
+  lock_.unlock();
+}
+
+void SpanAllocator::check_invariants() {
+  for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+    XALLOC_CHECK(segment->kind == SegmentKind::kNormal);
+    XALLOC_CHECK(segment_map_entry(segment->base()) == kMapSegmentHead);
+    size_t used = 1;
+    size_t i = 1;
+    while (i < kSlicesPerSegment) {
+      Page* span = segment->page_of_slice[i];
+      XALLOC_CHECK(span == &segment->pages[i]);
+      XALLOC_CHECK(span->slice_count >= 1 && i + span->slice_count <= kSlicesPerSegment);
+      for (size_t j = i; j < i + span->slice_count; ++j) XALLOC_CHECK(segment->page_of_slice[j] == span);
+      if (span->kind() != PageKind::kFree) used += span->slice_count;
+      if (span->kind() == PageKind::kFree && i + span->slice_count < kSlicesPerSegment)
+        XALLOC_CHECK(segment->page_of_slice[i + span->slice_count]->kind() != PageKind::kFree);
+      i += span->slice_count;
+    }
+    XALLOC_CHECK(used == segment->used_slices);
+  }
+  for (size_t b = 0; b < kBins; ++b) {
+    XALLOC_CHECK((bins_[b] != nullptr) == (((nonempty_bins_ >> b) & 1) != 0));
+    for (Page* span = bins_[b]; span != nullptr; span = span->next) {
+      XALLOC_CHECK(span->kind() == PageKind::kFree);
+      XALLOC_CHECK(bin_of(span->slice_count) == b);
+      if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
+    }
+  }
+}
+
+}  // namespace xalloc

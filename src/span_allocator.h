@@ -1,0 +1,74 @@
+// The span allocator: hands out runs of slices from segments and takes
+// them back, coalescing neighbours. It is shared by all threads and guarded
+// by one lock, which only slow paths take: a thread heap comes here once
+// per slab (64 KiB or more), and large blocks come here directly.
+//
+// It also owns the return of memory to the OS: free spans stay resident
+// for the purge delay (so memory about to be reused is not faulted in
+// again), then their pages are purged; fully free segments beyond the
+// retained count are unmapped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "page.h"
+#include "platform/lock.h"
+#include "segment.h"
+
+namespace xalloc {
+
+class SpanAllocator {
+ public:
+  // A span of `slices` slices (1 <= slices < kSlicesPerSegment); the caller
+  // sets the kind of the returned descriptor. *is_zero tells whether all
+  // its memory reads as zero. Null when the OS has no memory.
+  Page* allocate(size_t slices, bool* is_zero);
+  void release(Page* span);
+
+  // Grows `span` in place to `slices` if the slices after it are free.
+  bool try_grow(Page* span, size_t slices);
+  // Gives back the slices of `span` beyond `slices`.
+  void shrink(Page* span, size_t slices);
+  // Gives back the first `slices` slices of `span`; returns the descriptor
+  // of what remains.
+  Page* trim_front(Page* span, size_t slices);
+
+  // Purges free spans whose delay has passed (all of them when `force`) and
+  // unmaps surplus empty segments. Returns the bytes given back.
+  size_t purge(bool force);
+  // Cheap when there is nothing to do: called from slow paths.
+  void maybe_purge(uint64_t now_ms);
+
+  // fork(): the child inherits the state the lock protects.
+  void lock_for_fork() { lock_.lock(); }
+  void unlock_after_fork_parent() { lock_.unlock(); }
+  void reset_after_fork_child() { lock_.reset_after_fork(); }
+
+  // Debug builds: validates every segment, span and bin.
+  void check_invariants();
+
+ private:
+  static constexpr size_t kBins = 32;
+  static size_t bin_of(size_t slices);
+
+  Page* allocate_locked(size_t slices, bool* is_zero);
+  Page* take_fitting(size_t slices);
+  void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at);
+  void remove_free(Page* span);
+  void release_locked(Page* span);
+  Segment* add_segment_locked(Segment* segment);
+  size_t purge_locked(bool force, uint64_t now_ms);
+
+  Mutex lock_;
+  Page* bins_[kBins] = {};
+  uint32_t nonempty_bins_ = 0;
+  Segment* segments_ = nullptr;
+  size_t free_segments_ = 0;       // segments whose payload is one free span
+  size_t dirty_free_slices_ = 0;   // free slices that may still be resident (an upper bound)
+  uint64_t next_purge_ms_ = 0;
+};
+
+extern SpanAllocator g_spans;
+
+}  // namespace xalloc

@@ -1,0 +1,34 @@
+// Statistics: process-wide counters kept on slow paths only.
+//
+// Counters that a single thread writes (per heap) use relaxed load+store
+// rather than read-modify-write, which costs the same as a plain add on
+// x86-64 and lets other threads read them without a data race.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+namespace xalloc::stats {
+
+struct Global {
+  std::atomic<size_t> mapped{0};         // bytes of segments and huge mappings
+  std::atomic<size_t> committed{0};      // bytes possibly resident (dirty slices, live huge blocks)
+  std::atomic<size_t> purged{0};         // bytes given back with madvise, ever
+  std::atomic<size_t> segments{0};       // mappings currently held
+  std::atomic<size_t> large_in_use{0};   // bytes in live large and huge blocks
+  std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps
+  std::atomic<size_t> heaps{0};          // thread heaps created
+  std::atomic<size_t> remote_frees{0};   // blocks freed by a non-owning thread (counted per batch)
+};
+
+extern Global g_global;
+
+inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
+inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }
+
+// A counter only one thread writes.
+inline void bump(std::atomic<size_t>& counter, size_t value = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + value, std::memory_order_relaxed);
+}
+
+}  // namespace xalloc::stats

@@ -1,0 +1,186 @@
+#include "thread_registry.h"
+
+#include <pthread.h>
+
+#include <atomic>
+
+#include "large.h"
+#include "options.h"
+#include "platform/lock.h"
+#include "platform/os.h"
+#include "report.h"
+#include "span_allocator.h"
+#include "stats.h"
+
+namespace xalloc {
+
+namespace {
+
+enum class InitState : int { kNone = 0, kRunning = 1, kDone = 2 };
+
+std::atomic<InitState> g_init_state{InitState::kNone};
+pthread_key_t g_heap_key;
+bool g_have_heap_key = false;
+
+Mutex g_registry_lock;
+std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
+Heap* g_orphans = nullptr;
+std::atomic<bool> g_have_orphans{false};
+
+// Heaps come from pages mapped for them and are never unmapped.
+constexpr size_t kHeapChunkBytes = 64 * 1024;
+char* g_heap_chunk = nullptr;
+size_t g_heap_chunk_left = 0;
+
+// Set once this thread's heap has been torn down by its key destructor.
+__thread bool t_heap_torn_down = false;
+
+Heap* new_heap_locked() {
+  constexpr size_t kHeapBytes = (sizeof(Heap) + 63) & ~size_t{63};
+  if (g_heap_chunk_left < kHeapBytes) {
+    void* chunk = os::map(kHeapChunkBytes);
+    if (chunk == nullptr) return nullptr;
+    g_heap_chunk = static_cast<char*>(chunk);
+    g_heap_chunk_left = kHeapChunkBytes;
+  }
+  auto* heap = reinterpret_cast<Heap*>(g_heap_chunk);
+  g_heap_chunk += kHeapBytes;
+  g_heap_chunk_left -= kHeapBytes;
+  heap_init(heap, 0);
+  heap->next_in_registry = g_all_heaps.load(std::memory_order_relaxed);
+  g_all_heaps.store(heap, std::memory_order_release);
+  stats::add(stats::g_global.heaps, 1);
+  return heap;
+}
+
+Heap* pop_orphan_locked() {
+  Heap* heap = g_orphans;
+  if (heap != nullptr) {
+    g_orphans = heap->next_orphan;
+    heap->next_orphan = nullptr;
+    g_have_orphans.store(g_orphans != nullptr, std::memory_order_relaxed);
+  }
+  return heap;
+}
+
+void push_orphan_locked(Heap* heap) {
+  heap->next_orphan = g_orphans;
+  g_orphans = heap;
+  g_have_orphans.store(true, std::memory_order_relaxed);
+}
+
+// pthread key destructor: the thread is exiting.
+void thread_heap_teardown(void* arg) {
+  auto* heap = static_cast<Heap*>(arg);
+  heap_collect(heap);
+  t_heap = &g_empty_heap;
+  t_heap_torn_down = true;
+  LockGuard guard(g_registry_lock);
+  heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+  push_orphan_locked(heap);
+}
+
+// fork(): hold every lock across it so the child sees consistent state.
+void fork_prepare() {
+  g_registry_lock.lock();
+  huge_cache_lock_for_fork();
+  g_spans.lock_for_fork();
+}
+
+void fork_parent() {
+  g_spans.unlock_after_fork_parent();
+  huge_cache_unlock_after_fork_parent();
+  g_registry_lock.unlock();
+}
+
+void fork_child() {
+  g_spans.reset_after_fork_child();
+  huge_cache_reset_after_fork_child();
+  g_registry_lock.reset_after_fork();
+  // Only the forking thread exists in the child. Other threads' heaps may
+  // have been in the middle of an operation: they are never used again.
+  // Frees of their blocks are accepted into their inboxes and not reused.
+  for (Heap* h = g_all_heaps.load(std::memory_order_relaxed); h != nullptr; h = h->next_in_registry) {
+    if (h != t_heap && h->state.load(std::memory_order_relaxed) == HeapState::kActive)
+      h->state.store(HeapState::kDead, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+void process_init() {
+  InitState expected = InitState::kNone;
+  if (!g_init_state.compare_exchange_strong(expected, InitState::kRunning, std::memory_order_acquire)) {
+    // Another thread is initialising: wait for it (this is before main in
+    // practice, so the wait is short).
+    while (g_init_state.load(std::memory_order_acquire) != InitState::kDone) __builtin_ia32_pause();
+    return;
+  }
+  options_init();
+  g_free_key = os::random_u64() | 1;
+  g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
+  if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
+  g_init_state.store(InitState::kDone, std::memory_order_release);
+  // May allocate (glibc keeps its fork handlers in a growing array); the
+  // allocator is ready by now.
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+Heap* thread_heap_acquire() {
+  if (g_init_state.load(std::memory_order_acquire) != InitState::kDone) process_init();
+  if (t_heap != &g_empty_heap) return t_heap;  // created by an allocation inside process_init
+  Heap* heap;
+  {
+    LockGuard guard(g_registry_lock);
+    heap = pop_orphan_locked();
+    if (heap == nullptr) heap = new_heap_locked();
+    if (heap == nullptr) return nullptr;
+    heap->state.store(HeapState::kActive, std::memory_order_relaxed);
+  }
+  heap->thread_id = os::thread_id();
+  t_heap = heap;
+  t_heap_torn_down = false;
+  // glibc may allocate here (keys past its first 32); t_heap is set.
+  if (g_have_heap_key) pthread_setspecific(g_heap_key, heap);
+  return heap;
+}
+
+Heap* thread_heap_for_free() {
+  if (t_heap != &g_empty_heap) return t_heap;
+  if (t_heap_torn_down) return nullptr;
+  return thread_heap_acquire();
+}
+
+void orphans_collect_some(Heap* self) {
+  (void)self;
+  if (!g_have_orphans.load(std::memory_order_relaxed)) return;
+  Heap* victim = nullptr;
+  {
+    // Take out the first orphan that has frees waiting; while it is out of
+    // the list nobody else can adopt or collect it.
+    LockGuard guard(g_registry_lock);
+    Heap** link = &g_orphans;
+    for (int scanned = 0; *link != nullptr && scanned < 8; ++scanned, link = &(*link)->next_orphan) {
+      if ((*link)->inbox.load(std::memory_order_relaxed) != nullptr) {
+        victim = *link;
+        *link = victim->next_orphan;
+        victim->next_orphan = nullptr;
+        break;
+      }
+    }
+  }
+  if (victim == nullptr) return;
+  heap_drain_inbox(victim);
+  LockGuard guard(g_registry_lock);
+  push_orphan_locked(victim);
+}
+
+void orphans_collect_all() {
+  // Drain under the lock: trimming is rare and must see every orphan.
+  LockGuard guard(g_registry_lock);
+  for (Heap* h = g_orphans; h != nullptr; h = h->next_orphan) heap_drain_inbox(h);
+}
+
+Heap* registry_first() { return g_all_heaps.load(std::memory_order_acquire); }
+
+}  // namespace xalloc

@@ -1,0 +1,39 @@
+// The lives of thread heaps: process start-up, a heap per thread, orphans
+// of exited threads, and fork().
+#pragma once
+
+#include <cstddef>
+
+#include "heap.h"
+
+namespace xalloc {
+
+// Runs once, on the first allocation of the process.
+void process_init();
+
+// The calling thread's heap, created or adopted now if it has none.
+// Null only when the OS has no memory for a heap.
+Heap* thread_heap_acquire();
+
+// The heap a free() in this thread may use for buffering remote frees:
+// null for a thread whose heap is already torn down (pthread key
+// destructors running late), which then frees without buffering.
+Heap* thread_heap_for_free();
+
+// Other threads' slow paths drain orphans' inboxes, so slabs of exited
+// threads still empty out and return.
+void orphans_collect_some(Heap* self);
+// Drains every orphan's inbox (malloc_trim).
+void orphans_collect_all();
+
+// Calls fn(heap) for every heap ever created (racy reads of their counters).
+template <typename Fn>
+void for_each_heap(Fn fn);
+Heap* registry_first();
+
+}  // namespace xalloc
+
+template <typename Fn>
+void xalloc::for_each_heap(Fn fn) {
+  for (Heap* h = registry_first(); h != nullptr; h = h->next_in_registry) fn(h);
+}
