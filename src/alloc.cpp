@@ -41,11 +41,13 @@ void free_foreign(void* ptr, Caller caller) {
 void free_slab_block(Page* page, FreeBlock* block, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(block);
   if (XALLOC_UNLIKELY(!is_block_start(page, address)))
-    report_misuse("invalid free (not the start of a block)", block, page->block_size, caller);
-  uintptr_t marker = free_marker(block);
-  if (XALLOC_UNLIKELY(block->marker == marker)) report_misuse("double free", block, page->block_size, caller);
-  block->marker = marker;
-  Heap* owner = page->owner.load(std::memory_order_relaxed);
+    report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
+  uintptr_t marker = free_marker(page);
+  if (XALLOC_MISUSE_CHECKS) {
+    if (XALLOC_UNLIKELY(block->marker == marker)) report_misuse("double free", block, page->block_size(), caller);
+    block->marker = marker;
+  }
+  Heap* owner = page->owner;
   Heap* heap = t_heap;
   if (owner == heap) {
     block->next = page->free;
@@ -59,7 +61,7 @@ void free_slab_block(Page* page, FreeBlock* block, Caller caller) {
     return;
   }
   stats::bump(heap->remote_frees_sent);
-  outbox_add(heap->outbox, owner, block, page->block_size);
+  outbox_add(heap->outbox, owner, block, page->block_size());
 }
 
 }  // namespace
@@ -134,10 +136,10 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   switch (page->kind()) {
     case PageKind::kSlab: {
       if (!is_block_start(page, address))
-        report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size, caller);
-      if (static_cast<FreeBlock*>(ptr)->marker == free_marker(ptr))
-        report_misuse("realloc of a freed block", ptr, page->block_size, caller);
-      size_t old_size = page->block_size;
+        report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
+      if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(page))
+        report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
+      size_t old_size = page->block_size();
       // Stay in place unless the block would be less than half used.
       if (size <= old_size && (size > old_size / 2 || old_size <= 16)) return ptr;
       void* moved = alloc(size);
@@ -168,11 +170,11 @@ size_t usable_size(const void* ptr, Caller caller) {
   Page* page = page_of(segment, address);
   switch (page->kind()) {
     case PageKind::kSlab: {
-      size_t offset = (address - page->start) % page->block_size;
-      return page->block_size - offset;
+      size_t offset = (address - page->start) % page->block_size();
+      return page->block_size() - offset;
     }
     case PageKind::kLarge:
-      return page->start + page->block_size - address;
+      return page->start + page->large_usable - address;
     case PageKind::kHuge:
       return page->start + segment->huge_usable - address;
     default:

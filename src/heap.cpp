@@ -16,7 +16,6 @@ namespace xalloc {
 constinit Page g_empty_page{};
 constinit Heap g_empty_heap{Heap::EmptyTag{}};
 __thread Heap* t_heap = &g_empty_heap;
-uintptr_t g_free_key = 0x5bd1e9955bd1e995ull;  // replaced by a random key at start-up
 
 namespace {
 
@@ -61,7 +60,7 @@ void partial_remove(Heap* heap, Page* page) {
 }
 
 void slab_carve(Page* page) {
-  size_t size = page->block_size;
+  size_t size = page->block_size();
   size_t count = kCarveBytes / size;
   if (count == 0) count = 1;
   size_t left = page->capacity - page->carved;
@@ -72,7 +71,7 @@ void slab_carve(Page* page) {
   for (size_t i = count; i-- > 0;) {
     auto* block = reinterpret_cast<FreeBlock*>(first + i * size);
     block->next = next;
-    block->marker = free_marker(block);
+    if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(page);
     next = block;
   }
   page->free = next;
@@ -82,26 +81,24 @@ void slab_carve(Page* page) {
 Page* slab_create(Heap* heap, unsigned cls) {
   const ClassInfo& info = kClassInfo[cls];
   bool is_zero = false;
-  Page* page = g_spans.allocate(info.slices, &is_zero);
+  Page* page = g_spans.allocate(info.slices, PageKind::kSlab, &is_zero);
   if (page == nullptr) return nullptr;
   page->free = nullptr;
   page->needed = 0;
   page->size_class = static_cast<uint8_t>(cls);
-  page->set_kind(PageKind::kSlab);
   page->set_state(SlabState::kDetached);
   page->is_zero = is_zero ? 1 : 0;
   page->div_magic = info.div_magic;
-  page->block_size = info.size;
   page->capacity = info.capacity;
   page->carved = 0;
-  page->owner.store(heap, std::memory_order_relaxed);
+  page->owner = heap;
   stats::add(stats::g_global.slab_in_use, page->span_bytes());
   return page;
 }
 
 void slab_release(Heap* heap, Page* page) {
   if (page->state() == SlabState::kPartial) partial_remove(heap, page);
-  page->owner.store(nullptr, std::memory_order_relaxed);
+  page->owner = nullptr;
   page->set_state(SlabState::kDetached);
   page->free = nullptr;
   stats::sub(stats::g_global.slab_in_use, page->span_bytes());
@@ -112,20 +109,27 @@ void slab_release(Heap* heap, Page* page) {
 // of its blocks come back.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
   XALLOC_CHECK(page->free == nullptr && page->carved == page->capacity);
-  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity);
   set_current(heap, cls, &g_empty_page);
   page->needed = wake_threshold(page->capacity);
   page->set_state(SlabState::kFull);
 }
 
+// Carved blocks not on the free list (blocks waiting in inboxes count as
+// in use until they are drained).
+uint64_t blocks_in_use(const Page* page) {
+  uint64_t free_count = 0;
+  for (const FreeBlock* b = page->free; b != nullptr; b = b->next) ++free_count;
+  return page->carved - free_count;
+}
+
 void make_current(Heap* heap, unsigned cls, Page* page) {
   if (page->state() == SlabState::kPartial) partial_remove(heap, page);
-  page->needed += kCurrentBias;
+  page->needed = kCurrentBias;
   page->set_state(SlabState::kCurrent);
   set_current(heap, cls, page);
 }
 
-// Takes a non-current slab out of its state, leaving `needed` = blocks in use.
+// Files a slab that stopped being current; `needed` holds its blocks in use.
 void settle_uncurrent(Heap* heap, Page* page) {
   if (page->needed == 0) {
     slab_release(heap, page);
@@ -149,19 +153,19 @@ void heap_periodic(Heap* heap) {
 #if defined(XALLOC_DEBUG_CHECKS)
 void check_slab(const Heap* heap, const Page* page) {
   XALLOC_CHECK(page->kind() == PageKind::kSlab);
-  XALLOC_CHECK(page->owner.load(std::memory_order_relaxed) == heap);
+  XALLOC_CHECK(page->owner == heap);
   XALLOC_CHECK(page->carved <= page->capacity);
   size_t free_count = 0;
   for (FreeBlock* b = page->free; b != nullptr; b = b->next) {
     auto a = reinterpret_cast<uintptr_t>(b);
-    XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size);
+    XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size());
     XALLOC_CHECK(is_block_start(page, a));
-    XALLOC_CHECK(b->marker == free_marker(b));
+    XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(page));
     XALLOC_CHECK(++free_count <= page->carved);
   }
   uint32_t used = static_cast<uint32_t>(page->carved - free_count);
   switch (page->state()) {
-    case SlabState::kCurrent: XALLOC_CHECK(page->needed >= kCurrentBias); break;
+    case SlabState::kCurrent: XALLOC_CHECK(page->needed > kCurrentBias / 2); break;
     case SlabState::kPartial: XALLOC_CHECK(page->needed >= used); break;  // inbox blocks count as used
     case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity)); break;
     default: XALLOC_CHECK(false);
@@ -240,7 +244,7 @@ void heap_drain_inbox(Heap* heap) {
     FreeBlock* next = block->next;
     auto address = reinterpret_cast<uintptr_t>(block);
     Page* page = page_of(segment_of(address), address);
-    XALLOC_CHECK(page->owner.load(std::memory_order_relaxed) == heap);
+    XALLOC_CHECK(page->owner == heap);
     block->next = page->free;
     page->free = block;
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
@@ -255,7 +259,7 @@ void heap_collect(Heap* heap) {
     Page* page = heap->current[cls];
     if (page == &g_empty_page) continue;
     set_current(heap, cls, &g_empty_page);
-    page->needed -= kCurrentBias;
+    page->needed = blocks_in_use(page);
     page->set_state(SlabState::kDetached);
     settle_uncurrent(heap, page);
   }

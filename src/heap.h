@@ -71,9 +71,6 @@ extern Heap g_empty_heap;
 // The calling thread's heap. Initial-exec TLS: one instruction to read.
 extern __thread Heap* t_heap;
 
-// Secret mixed into free-block markers (alloc.h).
-extern uintptr_t g_free_key;
-
 void heap_init(Heap* heap, uint64_t thread_id);
 
 // Slow paths of the inline fast paths in alloc.h.

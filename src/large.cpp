@@ -24,9 +24,8 @@ void* fail_enomem() {
 // --- large ------------------------------------------------------------------
 
 void set_large(Page* span, size_t usable, bool is_zero) {
-  span->set_kind(PageKind::kLarge);
-  span->owner.store(nullptr, std::memory_order_relaxed);
-  span->block_size = static_cast<uint32_t>(usable);
+  span->owner = nullptr;
+  span->large_usable = usable;
   span->is_zero = is_zero ? 1 : 0;
   stats::add(stats::g_global.large_in_use, usable);
 }
@@ -51,7 +50,7 @@ void huge_setup(Segment* segment, size_t mapping, size_t offset) {
   segment->next = segment->prev = nullptr;
   Page* page = &segment->pages[0];
   page->set_kind(PageKind::kHuge);
-  page->owner.store(nullptr, std::memory_order_relaxed);
+  page->owner = nullptr;
   page->start = segment->base() + offset;
   page->slice_count = 0;
   // Every slice of the first granule resolves to the block's descriptor, so
@@ -61,7 +60,7 @@ void huge_setup(Segment* segment, size_t mapping, size_t offset) {
 
 void cache_unlink(Segment* segment) {
   if (segment->prev != nullptr) segment->prev->next = segment->next;
-  else g_huge_cache = segment->next;
+  else __atomic_store_n(&g_huge_cache, segment->next, __ATOMIC_RELAXED);
   if (segment->next != nullptr) segment->next->prev = segment->prev;
   segment->next = segment->prev = nullptr;
   g_huge_cache_bytes -= segment->mapping_size;
@@ -94,7 +93,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   size_t slices = (usable + extra + kSliceSize - 1) >> kSliceShift;
   if (slices >= kSlicesPerSegment) return huge_alloc(size, alignment, zero);
   bool is_zero = false;
-  Page* span = g_spans.allocate(slices, &is_zero);
+  Page* span = g_spans.allocate(slices, PageKind::kLarge, &is_zero);
   if (span == nullptr) return fail_enomem();
   if (extra != 0) {
     // Give back the slices before the aligned address and after the block.
@@ -110,12 +109,12 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
 }
 
 void large_free(Page* page) {
-  stats::sub(stats::g_global.large_in_use, page->block_size);
+  stats::sub(stats::g_global.large_in_use, page->large_usable);
   g_spans.release(page);
 }
 
 void* large_realloc(Page* page, void* ptr, size_t size) {
-  size_t old_usable = page->block_size;
+  size_t old_usable = page->large_usable;
   if (size > kMaxSlabSize && size <= kMaxLargeSize) {
     size_t usable = round_up(size, kOsPageSize);
     size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
@@ -124,7 +123,7 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
       if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
       stats::add(stats::g_global.large_in_use, usable);
       stats::sub(stats::g_global.large_in_use, old_usable);
-      page->block_size = static_cast<uint32_t>(usable);
+      page->large_usable = usable;
       return ptr;
     }
   }
@@ -176,7 +175,7 @@ void huge_free(Segment* segment) {
       segment->prev = nullptr;
       segment->next = g_huge_cache;
       if (g_huge_cache != nullptr) g_huge_cache->prev = segment;
-      g_huge_cache = segment;
+      __atomic_store_n(&g_huge_cache, segment, __ATOMIC_RELAXED);
       g_huge_cache_bytes += segment->mapping_size;
       segment = nullptr;
       // Over budget: the least recently freed mappings go.
@@ -248,7 +247,7 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
   Segment* unmap_list = nullptr;
   {
     LockGuard guard(g_huge_lock);
-    g_huge_next_purge_ms = now_ms + (delay / 4 > 10 ? delay / 4 : 10);
+    __atomic_store_n(&g_huge_next_purge_ms, now_ms + (delay / 4 > 10 ? delay / 4 : 10), __ATOMIC_RELAXED);
     for (Segment* s = g_huge_cache; s != nullptr;) {
       Segment* next = s->next;
       if (force) {

@@ -10,13 +10,15 @@
 #include <cstdint>
 
 #include "config.h"
+#include "size_classes.h"
 
 namespace xalloc {
 
 struct Heap;
 
 // What a free block holds: the next pointer of whatever list it is on, and
-// a marker that says "this block is free" (see free_marker in alloc.h).
+// a marker that says "this block is free": the address of its slab's
+// descriptor, which no program stores in its data (see alloc.h).
 struct FreeBlock {
   FreeBlock* next;
   uintptr_t marker;
@@ -40,41 +42,49 @@ enum class SlabState : uint8_t {
 
 struct alignas(64) Page {
   // --- hot: read and written by the owning heap's fast paths ---
-  FreeBlock* free;    // blocks ready to hand out (slab)
-  // Frees left until this slab needs the owner's slow path. An active slab
-  // counts its blocks in use; while it is its class's current slab the
-  // count carries kCurrentBias so that it never reaches zero; a full slab
-  // counts down to the frees that wake it (heap.cpp).
-  uint32_t needed;
-  uint16_t slice_count;
-  uint8_t size_class;
-  uint8_t kind_bits : 3;   // PageKind
-  uint8_t state_bits : 2;  // SlabState
-  uint8_t is_zero : 1;     // the span's memory was all zero when it was taken
-  uint8_t unused_bits : 2;
-  std::atomic<Heap*> owner;  // slab: the heap that owns it; otherwise null
+  FreeBlock* free;  // blocks ready to hand out (slab)
+  // Frees that may happen before this slab needs its owner's slow path.
+  // A partial slab counts its blocks in use (it is empty at zero); a full
+  // slab counts down to the frees that wake it. The current slab of a class
+  // carries kCurrentBias, which no run of frees can exhaust, so malloc need
+  // not count: its use is recomputed when it stops being current (heap.cpp).
+  uint64_t needed;
+  // Slab: the heap that owns it; otherwise null. Written only while the
+  // slab has no live block, so a free of a live block never races with it.
+  Heap* owner;
   uintptr_t start;           // first byte of the first block
   union {
     uint64_t div_magic;      // slab: (offset * div_magic) < div_magic  <=>  offset is a block start
+    uint64_t large_usable;   // large: bytes the block can hold
     uint64_t freed_at;       // free span: when it became free (ms), for purge decay
   };
   // --- warm ---
-  uint32_t block_size;       // slab: class size; large: usable bytes
   uint16_t capacity;         // slab: blocks that fit
   uint16_t carved;           // slab: blocks carved so far (lazily, in batches)
+  // Written under the span allocator's lock (or before the span is handed
+  // out); read by any thread that frees into the span.
+  uint16_t slice_count : 12; // span length in slices
+  uint16_t kind_bits : 4;    // PageKind
+  uint8_t size_class;        // slab
+  // Written by the owning heap only, so in a byte of their own: a remote
+  // free reading `kind` must not race with the owner updating these.
+  uint8_t state_bits : 2;    // SlabState
+  uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
+  uint8_t unused_bits : 5;
   Page* next;                // slab: heap's partial list; free: span bin list
   Page* prev;
 
   PageKind kind() const { return static_cast<PageKind>(kind_bits); }
-  void set_kind(PageKind k) { kind_bits = static_cast<uint8_t>(k) & 7; }
+  void set_kind(PageKind k) { kind_bits = static_cast<uint16_t>(k) & 15; }
   SlabState state() const { return static_cast<SlabState>(state_bits); }
   void set_state(SlabState s) { state_bits = static_cast<uint8_t>(s) & 3; }
   size_t span_bytes() const { return size_t{slice_count} << kSliceShift; }
+  uint32_t block_size() const { return kClassInfo[size_class].size; }
 };
 
 static_assert(sizeof(Page) == 64);
 static_assert(sizeof(FreeBlock) <= kMinAlignment);
 
-constexpr uint32_t kCurrentBias = uint32_t{1} << 30;
+constexpr uint64_t kCurrentBias = uint64_t{1} << 62;
 
 }  // namespace xalloc

@@ -35,10 +35,10 @@ void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, ui
   Page* span = &segment->pages[first];
   span->set_kind(PageKind::kFree);
   span->set_state(SlabState::kDetached);
-  span->owner.store(nullptr, std::memory_order_relaxed);
+  span->owner = nullptr;
   span->free = nullptr;
   span->needed = 0;
-  span->slice_count = static_cast<uint16_t>(count);
+  span->slice_count = static_cast<uint16_t>(count) & 0xfff;
   span->start = segment->slice_address(first);
   span->freed_at = freed_at;
   map_slices(segment, first, count, span);
@@ -85,7 +85,7 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   return segment;
 }
 
-Page* SpanAllocator::allocate_locked(size_t slices, bool* is_zero) {
+Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero) {
   Page* span = take_fitting(slices);
   if (span == nullptr) return nullptr;
   remove_free(span);
@@ -99,18 +99,18 @@ Page* SpanAllocator::allocate_locked(size_t slices, bool* is_zero) {
   segment_mark_dirty(segment, first, slices);
   segment->used_slices += static_cast<uint32_t>(slices);
 
-  span->slice_count = static_cast<uint16_t>(slices);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   span->start = segment->slice_address(first);
   span->next = span->prev = nullptr;
-  span->set_kind(PageKind::kLarge);  // in use; the caller sets the real kind
+  span->set_kind(kind);
   map_slices(segment, first, slices, span);
   return span;
 }
 
-Page* SpanAllocator::allocate(size_t slices, bool* is_zero) {
+Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   {
     LockGuard guard(lock_);
-    Page* span = allocate_locked(slices, is_zero);
+    Page* span = allocate_locked(slices, kind, is_zero);
     if (span != nullptr) return span;
   }
   // Map outside the lock: the system call can take a while.
@@ -118,7 +118,7 @@ Page* SpanAllocator::allocate(size_t slices, bool* is_zero) {
   if (segment == nullptr) return nullptr;
   LockGuard guard(lock_);
   add_segment_locked(segment);
-  return allocate_locked(slices, is_zero);
+  return allocate_locked(slices, kind, is_zero);
 }
 
 void SpanAllocator::release_locked(Page* span) {
@@ -155,7 +155,7 @@ void SpanAllocator::release(Page* span) {
   LockGuard guard(lock_);
   release_locked(span);
   XALLOC_DEBUG_ONLY(check_invariants());
-  if (now >= next_purge_ms_) purge_locked(false, now);
+  if (now >= __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED)) purge_locked(false, now);
 }
 
 bool SpanAllocator::try_grow(Page* span, size_t slices) {
@@ -174,7 +174,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at);
   segment_mark_dirty(segment, end, extra);
   segment->used_slices += static_cast<uint32_t>(extra);
-  span->slice_count = static_cast<uint16_t>(slices);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   map_slices(segment, end, extra, span);
   return true;
 }
@@ -186,9 +186,9 @@ void SpanAllocator::shrink(Page* span, size_t slices) {
   LockGuard guard(lock_);
   size_t tail_first = first + slices;
   size_t tail_count = span->slice_count - slices;
-  span->slice_count = static_cast<uint16_t>(slices);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   Page* tail = &segment->pages[tail_first];
-  tail->slice_count = static_cast<uint16_t>(tail_count);
+  tail->slice_count = static_cast<uint16_t>(tail_count) & 0xfff;
   tail->set_kind(PageKind::kLarge);
   map_slices(segment, tail_first, tail_count, tail);
   release_locked(tail);
@@ -199,12 +199,12 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   size_t first = segment->slice_index(span);
   LockGuard guard(lock_);
   Page* rest = &segment->pages[first + slices];
-  rest->slice_count = static_cast<uint16_t>(span->slice_count - slices);
+  rest->slice_count = static_cast<uint16_t>(span->slice_count - slices) & 0xfff;
   rest->start = segment->slice_address(first + slices);
   rest->set_kind(PageKind::kLarge);
   rest->next = rest->prev = nullptr;
   map_slices(segment, first + slices, rest->slice_count, rest);
-  span->slice_count = static_cast<uint16_t>(slices);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   span->set_kind(PageKind::kLarge);
   release_locked(span);
   return rest;
@@ -212,7 +212,7 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
 
 size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
   uint64_t delay = g_options.purge_delay_ms;
-  next_purge_ms_ = now_ms + (delay / 4 > 10 ? delay / 4 : 10);
+  __atomic_store_n(&next_purge_ms_, now_ms + (delay / 4 > 10 ? delay / 4 : 10), __ATOMIC_RELAXED);
   size_t purged = 0;
   if (dirty_free_slices_ != 0) {
     size_t still_dirty = 0;

@@ -20,10 +20,11 @@ namespace xalloc {
 
 class SpanAllocator {
  public:
-  // A span of `slices` slices (1 <= slices < kSlicesPerSegment); the caller
-  // sets the kind of the returned descriptor. *is_zero tells whether all
-  // its memory reads as zero. Null when the OS has no memory.
-  Page* allocate(size_t slices, bool* is_zero);
+  // A span of `slices` slices (1 <= slices < kSlicesPerSegment) of the
+  // given kind; *is_zero tells whether all its memory reads as zero. Null
+  // when the OS has no memory. A span's kind and length change only under
+  // this allocator's lock, since other threads read its neighbours' kinds.
+  Page* allocate(size_t slices, PageKind kind, bool* is_zero);
   void release(Page* span);
 
   // Grows `span` in place to `slices` if the slices after it are free.
@@ -52,7 +53,7 @@ class SpanAllocator {
   static constexpr size_t kBins = 32;
   static size_t bin_of(size_t slices);
 
-  Page* allocate_locked(size_t slices, bool* is_zero);
+  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
   Page* take_fitting(size_t slices);
   void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at);
   void remove_free(Page* span);

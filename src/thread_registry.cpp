@@ -117,7 +117,6 @@ void process_init() {
     return;
   }
   options_init();
-  g_free_key = os::random_u64() | 1;
   g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
   if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
   g_init_state.store(InitState::kDone, std::memory_order_release);
