@@ -98,11 +98,12 @@ void free_generic(void* ptr, Caller caller) {
 }
 
 void* alloc_zeroed(size_t size) {
-  if (size <= kMaxSlabSize) {
+  if (size <= kMaxSmallSize) {
     void* block = alloc(size);
     if (block != nullptr) memset(block, 0, size);
     return block;
   }
+  if (size <= kMaxSlabSize) return heap_alloc_zeroed(t_heap, class_of(size), size);
   if (size <= kMaxLargeSize) return large_alloc(size, 0, true);
   return huge_alloc(size, 0, true);
 }

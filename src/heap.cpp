@@ -1,6 +1,7 @@
 #include "heap.h"
 
 #include <cerrno>
+#include <cstring>
 #include <new>
 
 #include "alloc.h"
@@ -214,6 +215,17 @@ void* heap_alloc_slow(Heap* heap, unsigned cls) {
   make_current(heap, cls, page);
   if (page->free == nullptr) slab_carve(page);
   return slab_pop(page, page->free);
+}
+
+void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size) {
+  Page* page = heap->current[cls];
+  // Blocks of a page or more are carved one at a time, so the next one
+  // comes straight from fresh memory when the free list is empty.
+  bool fresh = page->free == nullptr && page != &g_empty_page && page->is_zero &&
+               page->carved < page->capacity && page->block_size() >= kCarveBytes;
+  void* block = page->free != nullptr ? slab_pop(page, page->free) : heap_alloc_slow(heap, cls);
+  if (block != nullptr) memset(block, 0, fresh ? sizeof(FreeBlock) : size);
+  return block;
 }
 
 void heap_on_needed_zero(Heap* heap, Page* page) {

@@ -77,6 +77,10 @@ void heap_init(Heap* heap, uint64_t thread_id);
 void* heap_alloc_slow(Heap* heap, unsigned cls);
 void heap_on_needed_zero(Heap* heap, Page* page);
 
+// A zeroed block of class `cls`: blocks carved from memory fresh from the
+// OS are already zero but for the free-list words carving wrote.
+void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
+
 // Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);
 // Hands back everything the heap caches: sends its outbox, drains its inbox,

@@ -39,6 +39,7 @@ constexpr size_t kHugeHeader = kSliceSize;
 Mutex g_huge_lock;
 Segment* g_huge_cache = nullptr;  // most recently freed first
 size_t g_huge_cache_bytes = 0;
+size_t g_huge_cache_resident = 0;  // of which not purged
 uint64_t g_huge_next_purge_ms = 0;
 
 size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
@@ -64,6 +65,15 @@ void cache_unlink(Segment* segment) {
   if (segment->next != nullptr) segment->next->prev = segment->prev;
   segment->next = segment->prev = nullptr;
   g_huge_cache_bytes -= segment->mapping_size;
+  if (!segment->huge_purged) g_huge_cache_resident -= segment->mapping_size;
+}
+
+void cache_purge_locked(Segment* s) {
+  os::purge(reinterpret_cast<void*>(s->base() + kHugeHeader), s->mapping_size - kHugeHeader);
+  s->huge_purged = 1;
+  g_huge_cache_resident -= s->mapping_size;
+  stats::sub(stats::g_global.committed, s->mapping_size);
+  stats::add(stats::g_global.purged, s->mapping_size - kHugeHeader);
 }
 
 // A cached mapping that fits `mapping` bytes without wasting more than a
@@ -172,19 +182,28 @@ void huge_free(Segment* segment) {
     LockGuard guard(g_huge_lock);
     if (segment->mapping_size <= g_options.huge_cache_bytes) {
       segment->freed_at = os::monotonic_ms();
+      uint64_t freed_now = segment->freed_at;
       segment->prev = nullptr;
       segment->next = g_huge_cache;
       if (g_huge_cache != nullptr) g_huge_cache->prev = segment;
       __atomic_store_n(&g_huge_cache, segment, __ATOMIC_RELAXED);
       g_huge_cache_bytes += segment->mapping_size;
+      g_huge_cache_resident += segment->mapping_size;
       segment = nullptr;
+      Segment* oldest = g_huge_cache;
+      while (oldest->next != nullptr) oldest = oldest->next;
       // Over budget: the least recently freed mappings go.
       while (g_huge_cache_bytes > g_options.huge_cache_bytes) {
-        Segment* oldest = g_huge_cache;
-        while (oldest->next != nullptr) oldest = oldest->next;
+        Segment* prev = oldest->prev;
         cache_unlink(oldest);
         oldest->next = evict;
         evict = oldest;
+        oldest = prev;
+      }
+      // Over the resident budget: check again once the excess may go.
+      if (g_huge_cache_resident > dirty_budget_bytes()) {
+        uint64_t soon = freed_now + g_options.purge_delay_ms / 10;
+        if (soon < g_huge_next_purge_ms) __atomic_store_n(&g_huge_next_purge_ms, soon, __ATOMIC_RELAXED);
       }
     }
   }
@@ -247,24 +266,29 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
   Segment* unmap_list = nullptr;
   {
     LockGuard guard(g_huge_lock);
-    __atomic_store_n(&g_huge_next_purge_ms, now_ms + (delay / 4 > 10 ? delay / 4 : 10), __ATOMIC_RELAXED);
-    for (Segment* s = g_huge_cache; s != nullptr;) {
-      Segment* next = s->next;
+    size_t budget = dirty_budget_bytes();
+    // Oldest first: past the delay they go; beyond the budget, a tenth of
+    // the delay is enough (as in the span allocator).
+    Segment* oldest = g_huge_cache;
+    while (oldest != nullptr && oldest->next != nullptr) oldest = oldest->next;
+    for (Segment* s = oldest; s != nullptr;) {
+      Segment* prev = s->prev;
       if (force) {
         // Everything goes back, address space included.
+        purged += s->huge_purged ? 0 : s->mapping_size;
         cache_unlink(s);
         s->next = unmap_list;
         unmap_list = s;
-        purged += s->huge_purged ? 0 : s->mapping_size;
-      } else if (!s->huge_purged && now_ms >= s->freed_at + delay) {
-        os::purge(reinterpret_cast<void*>(s->base() + kHugeHeader), s->mapping_size - kHugeHeader);
-        s->huge_purged = 1;
+      } else if (!s->huge_purged &&
+                 (now_ms >= s->freed_at + delay ||
+                  (g_huge_cache_resident > budget && now_ms >= s->freed_at + delay / 10))) {
+        cache_purge_locked(s);
         purged += s->mapping_size - kHugeHeader;
-        stats::sub(stats::g_global.committed, s->mapping_size);
-        stats::add(stats::g_global.purged, s->mapping_size - kHugeHeader);
       }
-      s = next;
+      s = prev;
     }
+    uint64_t next = g_huge_cache_resident > budget ? delay / 10 : delay / 4;
+    __atomic_store_n(&g_huge_next_purge_ms, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
   }
   while (unmap_list != nullptr) {
     Segment* next = unmap_list->next;

@@ -25,6 +25,8 @@ struct OptionSpec {
 const OptionSpec kSpecs[] = {
     {"PURGE_DELAY_MS", OptionType::kMillis, &g_options.purge_delay_ms,
      "ms free memory stays resident before it is returned to the OS"},
+    {"DIRTY_PERCENT", OptionType::kCount, &g_options.dirty_percent,
+     "free memory kept resident for reuse, in percent of the memory in use"},
     {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse"},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,

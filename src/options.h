@@ -11,6 +11,9 @@ struct Options {
   // Free memory stays resident this long before it is purged (madvise), so
   // that memory about to be reused is not faulted in again.
   uint64_t purge_delay_ms = 500;
+  // Free memory left resident for reuse beyond this percentage of the
+  // memory in use (and 4 MiB) is purged after a tenth of the delay.
+  uint64_t dirty_percent = 12;
   // Fully free segments kept mapped (purged) for reuse instead of unmapped.
   uint64_t retain_segments = 1;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.

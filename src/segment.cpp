@@ -68,7 +68,7 @@ bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) 
   return true;
 }
 
-void segment_mark_dirty(Segment* segment, size_t first, size_t count) {
+size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   size_t newly = 0;
   for (size_t i = first; i < first + count; ++i) {
     if (!dirty_bit(segment, i)) {
@@ -77,6 +77,7 @@ void segment_mark_dirty(Segment* segment, size_t first, size_t count) {
     }
   }
   stats::add(stats::g_global.committed, newly << kSliceShift);
+  return newly;
 }
 
 size_t segment_purge_range(Segment* segment, size_t first, size_t count) {

@@ -90,7 +90,8 @@ void segment_destroy(Segment* segment);
 
 // Dirty-slice bookkeeping (callers hold the span allocator's lock).
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count);
-void segment_mark_dirty(Segment* segment, size_t first, size_t count);
+// Marks the range dirty; returns how many of its slices were clean.
+size_t segment_mark_dirty(Segment* segment, size_t first, size_t count);
 // Purges the dirty parts of [first, first+count); returns bytes purged.
 size_t segment_purge_range(Segment* segment, size_t first, size_t count);
 

@@ -11,6 +11,14 @@ namespace xalloc {
 
 SpanAllocator g_spans;
 
+size_t dirty_budget_bytes() {
+  constexpr size_t kMinimum = size_t{4} << 20;
+  size_t in_use = stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
+                  stats::g_global.large_in_use.load(std::memory_order_relaxed);
+  size_t share = in_use / 100 * g_options.dirty_percent;
+  return share > kMinimum ? share : kMinimum;
+}
+
 namespace {
 
 constexpr size_t kPayloadSlices = kSlicesPerSegment - 1;
@@ -96,7 +104,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   if (total > slices) insert_free(segment, first + slices, total - slices, freed_at);
 
   *is_zero = segment_range_is_clean(segment, first, slices);
-  segment_mark_dirty(segment, first, slices);
+  dirty_free_slices_ -= slices - segment_mark_dirty(segment, first, slices);
   segment->used_slices += static_cast<uint32_t>(slices);
 
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
@@ -126,7 +134,7 @@ void SpanAllocator::release_locked(Page* span) {
   size_t first = segment->slice_index(span);
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
-  dirty_free_slices_ += count;
+  dirty_free_slices_ += count;  // a span in use is dirty throughout
   uint64_t now = os::monotonic_ms();
 
   // Coalesce with the free spans on either side.
@@ -155,7 +163,15 @@ void SpanAllocator::release(Page* span) {
   LockGuard guard(lock_);
   release_locked(span);
   XALLOC_DEBUG_ONLY(check_invariants());
-  if (now >= __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED)) purge_locked(false, now);
+  uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
+  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  if (now >= next) {
+    purge_locked(false, now);
+  } else if (dirty_free_slices_ > budget) {
+    // Over budget: look again as soon as this excess may be purged.
+    uint64_t soon = now + g_options.purge_delay_ms / 10;
+    if (soon < next) __atomic_store_n(&next_purge_ms_, soon, __ATOMIC_RELAXED);
+  }
 }
 
 bool SpanAllocator::try_grow(Page* span, size_t slices) {
@@ -172,7 +188,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at);
-  segment_mark_dirty(segment, end, extra);
+  dirty_free_slices_ -= extra - segment_mark_dirty(segment, end, extra);
   segment->used_slices += static_cast<uint32_t>(extra);
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   map_slices(segment, end, extra, span);
@@ -210,27 +226,39 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   return rest;
 }
 
+size_t SpanAllocator::purge_span_locked(Page* span) {
+  Segment* segment = segment_of_page(span);
+  size_t purged = segment_purge_range(segment, segment->slice_index(span), span->slice_count);
+  dirty_free_slices_ -= purged >> kSliceShift;
+  return purged;
+}
+
 size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
   uint64_t delay = g_options.purge_delay_ms;
-  __atomic_store_n(&next_purge_ms_, now_ms + (delay / 4 > 10 ? delay / 4 : 10), __ATOMIC_RELAXED);
+  uint64_t excess_delay = delay / 10;
   size_t purged = 0;
-  if (dirty_free_slices_ != 0) {
-    size_t still_dirty = 0;
-    for (Page* bin_head : bins_) {
-      for (Page* span = bin_head; span != nullptr; span = span->next) {
-        Segment* segment = segment_of_page(span);
-        size_t first = segment->slice_index(span);
-        if (force || now_ms >= span->freed_at + delay) {
-          purged += segment_purge_range(segment, first, span->slice_count);
-        } else if (!segment_range_is_clean(segment, first, span->slice_count)) {
-          still_dirty += span->slice_count;
-        }
-      }
+  for (size_t b = 0; b < kBins && dirty_free_slices_ != 0; ++b) {
+    for (Page* span = bins_[b]; span != nullptr; span = span->next) {
+      if (force || now_ms >= span->freed_at + delay) purged += purge_span_locked(span);
     }
-    dirty_free_slices_ = still_dirty;
   }
-  // Unmap empty segments beyond the retained count, once purged (or forced).
-  size_t keep = force ? 0 : g_options.retain_segments;
+  // Beyond the budget, free memory has a tenth of the delay to be reused;
+  // the largest spans go first (most memory per system call, and the least
+  // likely to be wanted again at exactly that size).
+  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
+    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > budget; span = span->next) {
+      if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span);
+    }
+  }
+  uint64_t next = dirty_free_slices_ > budget ? excess_delay : delay / 4;
+  __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
+  purged += unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);
+  return purged;
+}
+
+size_t SpanAllocator::unmap_empty_segments_locked(size_t keep) {
+  size_t released = 0;
   for (Segment* segment = segments_; segment != nullptr && free_segments_ > keep;) {
     Segment* next = segment->next;
     Page* span = segment->page_of_slice[1];
@@ -241,10 +269,11 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
       else segments_ = segment->next;
       if (segment->next != nullptr) segment->next->prev = segment->prev;
       segment_destroy(segment);
+      released += kSegmentSize;
     }
     segment = next;
   }
-  return purged;
+  return released;
 }
 
 size_t SpanAllocator::purge(bool force) {

@@ -6,7 +6,9 @@
 // It also owns the return of memory to the OS: free spans stay resident
 // for the purge delay (so memory about to be reused is not faulted in
 // again), then their pages are purged; fully free segments beyond the
-// retained count are unmapped.
+// retained count are unmapped. Free memory beyond a budget proportional to
+// the memory in use (dirty_budget_bytes) gets a tenth of the delay, so
+// memory that is freed and not reused does not inflate the footprint.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,7 @@ class SpanAllocator {
   // Cheap when there is nothing to do: called from slow paths.
   void maybe_purge(uint64_t now_ms);
 
+
   // fork(): the child inherits the state the lock protects.
   void lock_for_fork() { lock_.lock(); }
   void unlock_after_fork_parent() { lock_.unlock(); }
@@ -60,16 +63,23 @@ class SpanAllocator {
   void release_locked(Page* span);
   Segment* add_segment_locked(Segment* segment);
   size_t purge_locked(bool force, uint64_t now_ms);
+  size_t purge_span_locked(Page* span);
+
+  size_t unmap_empty_segments_locked(size_t keep);
 
   Mutex lock_;
   Page* bins_[kBins] = {};
   uint32_t nonempty_bins_ = 0;
   Segment* segments_ = nullptr;
   size_t free_segments_ = 0;       // segments whose payload is one free span
-  size_t dirty_free_slices_ = 0;   // free slices that may still be resident (an upper bound)
+  size_t dirty_free_slices_ = 0;   // free slices that may still be resident
   uint64_t next_purge_ms_ = 0;
 };
 
 extern SpanAllocator g_spans;
+
+// How much free memory may stay resident, waiting for reuse: a share
+// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB.
+size_t dirty_budget_bytes();
 
 }  // namespace xalloc
