@@ -36,17 +36,15 @@ void free_foreign(void* ptr, Caller caller) {
     report_misuse("invalid free (pointer not allocated by xalloc)", ptr, 0, caller);
 }
 
-// A slab block freed by a thread that does not own its slab, or by the
-// owner through an out-of-line path.
-void free_slab_block(Page* page, FreeBlock* block, Caller caller) {
-  auto address = reinterpret_cast<uintptr_t>(block);
-  if (XALLOC_UNLIKELY(!is_block_start(page, address)))
+XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
+  if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
-  uintptr_t marker = free_marker(page);
-  if (XALLOC_MISUSE_CHECKS) {
-    if (XALLOC_UNLIKELY(block->marker == marker)) report_misuse("double free", block, page->block_size(), caller);
-    block->marker = marker;
-  }
+  report_misuse("double free", block, page->block_size(), caller);
+}
+
+// A checked slab block freed through the out-of-line path by its owner, or
+// by a thread that has no heap yet or whose heap is gone.
+XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
   Heap* owner = page->owner;
   Heap* heap = t_heap;
   if (owner == heap) {
@@ -60,8 +58,42 @@ void free_slab_block(Page* page, FreeBlock* block, Caller caller) {
     inbox_push(owner, block, block);  // this thread is exiting: no buffering
     return;
   }
-  stats::bump(heap->remote_frees_sent);
-  outbox_add(heap->outbox, owner, block, page->block_size());
+  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
+}
+
+XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  switch (page->kind()) {
+    case PageKind::kLarge:
+      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      large_free(page);
+      return;
+    case PageKind::kHuge:
+      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      huge_free(segment);
+      return;
+    default:
+      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
+  }
+}
+
+// A slab block freed by a thread that does not own its slab goes to the
+// owner through this thread's outbox. Also reached by the owner when the
+// fast path's checks failed, which are reported here.
+XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller caller) {
+  if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment, page, ptr, caller);
+  auto* block = static_cast<FreeBlock*>(ptr);
+  if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block))))
+    return report_slab_misuse(page, block, caller);
+  if (XALLOC_MISUSE_CHECKS) {
+    uintptr_t marker = free_marker(page);
+    if (XALLOC_UNLIKELY(block->marker == marker)) return report_slab_misuse(page, block, caller);
+    block->marker = marker;
+  }
+  Heap* owner = page->owner;
+  Heap* heap = t_heap;
+  if (XALLOC_UNLIKELY(owner == heap || heap == &g_empty_heap)) return free_slab_block_slow(page, block);
+  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
 }  // namespace
@@ -79,22 +111,11 @@ void free_generic(void* ptr, Caller caller) {
     return;
   }
   Segment* segment = segment_of(address);
-  Page* page = page_of(segment, address);
-  switch (page->kind()) {
-    case PageKind::kSlab:
-      free_slab_block(page, static_cast<FreeBlock*>(ptr), caller);
-      return;
-    case PageKind::kLarge:
-      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
-      large_free(page);
-      return;
-    case PageKind::kHuge:
-      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
-      huge_free(segment);
-      return;
-    default:
-      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
-  }
+  free_in_page(segment, page_of(segment, address), ptr, caller);
+}
+
+void free_not_local(Page* page, void* ptr, Caller caller) {
+  free_in_page(segment_of(reinterpret_cast<uintptr_t>(ptr)), page, ptr, caller);
 }
 
 void* alloc_zeroed(size_t size) {

@@ -67,6 +67,10 @@ XALLOC_INLINE bool slab_push_checked(Page* page, FreeBlock* block) {
 // Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
 void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
+// A block of an xalloc span the calling thread does not own as a slab
+// (another thread's slab, a large or huge block), or one that failed the
+// fast path's checks.
+void free_not_local(Page* page, void* ptr, Caller caller);
 
 XALLOC_INLINE void* alloc(size_t size) {
   Heap* heap = t_heap;
@@ -89,6 +93,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
       return;
     }
+    return free_not_local(page, ptr, caller);
   }
   free_generic(ptr, caller);
 }

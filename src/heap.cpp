@@ -145,6 +145,7 @@ void settle_uncurrent(Heap* heap, Page* page) {
 
 void heap_periodic(Heap* heap) {
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
+  heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
   g_spans.maybe_purge(now);
   huge_cache_maybe_purge(now);
@@ -266,6 +267,7 @@ void heap_drain_inbox(Heap* heap) {
 
 void heap_collect(Heap* heap) {
   outbox_flush(heap->outbox);
+  heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   heap_drain_inbox(heap);
   for (unsigned cls = 0; cls < kNumClasses; ++cls) {
     Page* page = heap->current[cls];

@@ -1,21 +1,14 @@
 #include "remote_free.h"
 
 #include "heap.h"
-#include "options.h"
 
 namespace xalloc {
 
 namespace {
 
-inline size_t slot_of(const Heap* dest) {
-  // Heaps are at least 64-byte aligned; mix the bits above that.
-  uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
-  return static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
-}
-
-void send_slot(Outbox::Slot& slot) {
-  if (slot.head != nullptr) inbox_push(slot.dest, slot.head, slot.tail);
-  slot.head = slot.tail = nullptr;
+void send_slot(Outbox& outbox, size_t slot) {
+  if (outbox.head[slot] != nullptr) inbox_push(outbox.dest[slot], outbox.head[slot], outbox.tail[slot]);
+  outbox.head[slot] = outbox.tail[slot] = nullptr;
 }
 
 }  // namespace
@@ -28,21 +21,13 @@ void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail) {
   } while (!dest->inbox.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
 }
 
-void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size) {
-  Outbox::Slot& slot = outbox.slots[slot_of(dest)];
-  if (slot.dest != dest) {
-    send_slot(slot);
-    slot.dest = dest;
-  }
-  block->next = slot.head;
-  slot.head = block;
-  if (slot.tail == nullptr) slot.tail = block;
-  outbox.bytes += block_size;
-  if (outbox.bytes >= g_options.remote_batch_bytes) outbox_flush(outbox);
+void outbox_switch_slot(Outbox& outbox, size_t slot, Heap* dest) {
+  send_slot(outbox, slot);
+  outbox.dest[slot] = dest;
 }
 
 void outbox_flush(Outbox& outbox) {
-  for (Outbox::Slot& slot : outbox.slots) send_slot(slot);
+  for (size_t slot = 0; slot < kOutboxSlots; ++slot) send_slot(outbox, slot);
   outbox.bytes = 0;
 }
 

@@ -26,21 +26,41 @@ struct Heap;
 
 constexpr size_t kOutboxSlots = 16;
 
+// The lists of a slot run through the blocks' `next` words, head to tail.
 struct Outbox {
-  struct Slot {
-    Heap* dest;
-    FreeBlock* head;
-    FreeBlock* tail;
-  };
-  Slot slots[kOutboxSlots];
-  size_t bytes;  // buffered in all slots
+  Heap* dest[kOutboxSlots];
+  FreeBlock* head[kOutboxSlots];
+  FreeBlock* tail[kOutboxSlots];
+  size_t bytes;   // buffered in all slots
+  size_t blocks;  // ever queued (statistics)
 };
 
 // Pushes the list head..tail onto `dest`'s inbox.
 void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail);
 
-// Queues `block` (of `block_size` bytes) for `dest`; flushes when the outbox is full.
-void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size);
+// Sends every slot's list to its destination.
 void outbox_flush(Outbox& outbox);
+// Sends the list of `slot`; the slot then serves `dest`.
+void outbox_switch_slot(Outbox& outbox, size_t slot, Heap* dest);
+
+inline size_t outbox_slot_of(const Heap* dest) {
+  // Heaps are at least 64-byte aligned; mix the bits above that.
+  uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
+}
+
+// Queues `block` (of `block_size` bytes) for `dest`; sends everything once
+// `limit` bytes are waiting.
+inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
+  size_t slot = outbox_slot_of(dest);
+  if (__builtin_expect(outbox.dest[slot] != dest, 0)) outbox_switch_slot(outbox, slot, dest);
+  FreeBlock* head = outbox.head[slot];
+  block->next = head;
+  outbox.head[slot] = block;
+  if (head == nullptr) outbox.tail[slot] = block;
+  outbox.blocks++;
+  outbox.bytes += block_size;
+  if (__builtin_expect(outbox.bytes >= limit, 0)) outbox_flush(outbox);
+}
 
 }  // namespace xalloc
