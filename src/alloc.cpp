@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "emergency_heap.h"
 #include "large.h"
 #include "options.h"
 #include "remote_free.h"
@@ -30,6 +31,7 @@ XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
 }
 
 void free_foreign(void* ptr, Caller caller) {
+  if (emergency::owns(ptr)) return;
   if (segment_map_entry(reinterpret_cast<uintptr_t>(ptr)) == kMapHugeTail)
     report_misuse("invalid free (pointer inside a block)", ptr, 0, caller);
   if (g_options.abort_on_invalid_free)
@@ -150,6 +152,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   if (size > kMaxRequest) return fail_enomem();
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) != kMapSegmentHead) {
+    if (emergency::owns(ptr)) return emergency::realloc(ptr, size);
     free_foreign(ptr, caller);
     return nullptr;
   }
@@ -184,7 +187,8 @@ void* realloc(void* ptr, size_t size, Caller caller) {
 size_t usable_size(const void* ptr, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) != kMapSegmentHead) {
-    if (ptr != nullptr && g_options.abort_on_invalid_free)
+    if (ptr == nullptr || emergency::owns(ptr)) return 0;
+    if (g_options.abort_on_invalid_free)
       report_misuse("malloc_usable_size of a pointer not allocated by xalloc", ptr, 0, caller);
     return 0;
   }

@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "debug.h"
+#include "emergency_heap.h"
 #include "large.h"
 #include "platform/os.h"
 #include "span_allocator.h"
@@ -184,6 +185,7 @@ void heap_init(Heap* heap, uint64_t thread_id) {
 
 void* heap_alloc_slow(Heap* heap, unsigned cls) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
+    if (emergency::active()) return emergency::alloc(kClassInfo[cls].size, 16);
     heap = thread_heap_acquire();
     if (heap == nullptr) {
       errno = ENOMEM;

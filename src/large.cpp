@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "alloc.h"
+#include "emergency_heap.h"
 #include "options.h"
 #include "platform/lock.h"
 #include "platform/os.h"
@@ -98,6 +99,7 @@ void huge_unmap(Segment* segment) {
 }  // namespace
 
 void* large_alloc(size_t size, size_t alignment, bool zero) {
+  if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t slices = (usable + extra + kSliceSize - 1) >> kSliceShift;
@@ -145,6 +147,7 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
 }
 
 void* huge_alloc(size_t size, size_t alignment, bool zero) {
+  if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
   size_t mapping = round_up(offset + size, kOsPageSize);

@@ -2,7 +2,9 @@
 
 #include <cstring>
 
+#include "emergency_heap.h"
 #include "platform/os.h"
+#include "stack_trace.h"
 
 namespace xalloc {
 
@@ -112,10 +114,15 @@ void emit_fatal(const char* fmt, const Arg* args, size_t nargs) {
 }  // namespace report
 
 void report_misuse(const char* problem, const void* ptr, size_t block_size, Caller caller) {
+  // Whatever the trace needs to allocate comes from the emergency buffer.
+  emergency::enter();
   if (block_size != 0) {
-    report::fatal("%s of %p (%u-byte class) in %s", problem, ptr, block_size, caller_name(caller));
+    report::message("%s of %p (%u-byte class) in %s", problem, ptr, block_size, caller_name(caller));
+  } else {
+    report::message("%s of %p in %s", problem, ptr, caller_name(caller));
   }
-  report::fatal("%s of %p in %s", problem, ptr, caller_name(caller));
+  stack_trace_print();
+  os::abort_process();
 }
 
 }  // namespace xalloc

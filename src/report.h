@@ -49,6 +49,13 @@ void message(const char* fmt, Args... args) {
   emit("xalloc: ", fmt, list, sizeof...(Args));
 }
 
+// A continuation line (no "xalloc:" prefix), e.g. a frame of a stack trace.
+template <typename... Args>
+void detail(const char* fmt, Args... args) {
+  const Arg list[] = {Arg(args)..., Arg("")};
+  emit("", fmt, list, sizeof...(Args));
+}
+
 template <typename... Args>
 void warning(const char* fmt, Args... args) {
   const Arg list[] = {Arg(args)..., Arg("")};

@@ -1,0 +1,26 @@
+// The emergency heap: serves the allocations made while xalloc reports
+// heap misuse.
+//
+// A report prints a stack trace, and loading the unwinder (dlopen) and
+// naming frames allocate. Those allocations must not come from the heap
+// that may just have been misused, so the reporting thread switches to a
+// static buffer served by bumping a pointer; its blocks are never reused,
+// and frees of them are ignored. The switch happens only on the way to
+// abort(), so the buffer is never needed twice.
+#pragma once
+
+#include <cstddef>
+
+namespace xalloc::emergency {
+
+// The calling thread allocates from the emergency buffer from now on.
+void enter();
+
+// True while the calling thread is reporting (checked on slow paths only).
+bool active();
+
+bool owns(const void* ptr);
+void* alloc(size_t size, size_t alignment);
+void* realloc(void* ptr, size_t size);
+
+}  // namespace xalloc::emergency

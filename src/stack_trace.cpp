@@ -1,0 +1,117 @@
+#include "stack_trace.h"
+
+#include <dlfcn.h>
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "report.h"
+
+namespace xalloc {
+
+namespace {
+
+// libunwind's entry points; the names are those the UNW_LOCAL_ONLY macros
+// of <libunwind.h> expand to.
+struct Unwind {
+  int (*getcontext)(unw_context_t*);
+  int (*init_local)(unw_cursor_t*, unw_context_t*);
+  int (*step)(unw_cursor_t*);
+  int (*get_reg)(unw_cursor_t*, unw_regnum_t, unw_word_t*);
+  int (*get_proc_name)(unw_cursor_t*, char*, size_t, unw_word_t*);
+  int (*backtrace)(void**, int);
+};
+
+Unwind g_unwind;
+std::atomic<int> g_state{0};  // 0 not tried, 1 loaded, -1 unavailable
+
+template <typename Fn>
+bool resolve(void* lib, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+// The object that contains this file's code: frames in it are xalloc's.
+const void* own_object_base() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<const void*>(&own_object_base), &info) == 0) return nullptr;
+  return info.dli_fbase;
+}
+
+// Frames of xalloc itself: in its own shared object, or, when it is linked
+// into the executable, recognised by namespace.
+bool is_internal_frame(const void* ip, const char* name, const void* own_base, bool own_is_executable) {
+  bool in_namespace = name != nullptr && strncmp(name, "_ZN6xalloc", 10) == 0;
+  if (own_is_executable) return in_namespace;
+  Dl_info info;
+  return (dladdr(ip, &info) != 0 && info.dli_fbase == own_base) || in_namespace;
+}
+
+}  // namespace
+
+bool stack_trace_load() {
+  int state = g_state.load(std::memory_order_acquire);
+  if (state != 0) return state > 0;
+  // RTLD_LOCAL: libunwind also defines backtrace(), which must not replace
+  // glibc's for the program.
+  void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  bool ok = lib != nullptr && resolve(lib, "_Ux86_64_getcontext", &g_unwind.getcontext) &&
+            resolve(lib, "_ULx86_64_init_local", &g_unwind.init_local) &&
+            resolve(lib, "_ULx86_64_step", &g_unwind.step) && resolve(lib, "_ULx86_64_get_reg", &g_unwind.get_reg) &&
+            resolve(lib, "_ULx86_64_get_proc_name", &g_unwind.get_proc_name) &&
+            resolve(lib, "unw_backtrace", &g_unwind.backtrace);
+  g_state.store(ok ? 1 : -1, std::memory_order_release);
+  return ok;
+}
+
+int stack_trace_capture(void** out, int max, int skip) {
+  if (!stack_trace_load()) return 0;
+  void* frames[128];
+  int want = max + skip + 1 < 128 ? max + skip + 1 : 128;
+  int got = g_unwind.backtrace(frames, want);
+  int first = skip + 1;  // this function's own frame
+  int n = 0;
+  for (int i = first; i < got && n < max; ++i) out[n++] = frames[i];
+  return n;
+}
+
+void stack_trace_print() {
+  if (!stack_trace_load()) {
+    report::message("(no stack trace: libunwind.so.8 is not installed)");
+    return;
+  }
+  unw_context_t context;
+  unw_cursor_t cursor;
+  if (g_unwind.getcontext(&context) != 0 || g_unwind.init_local(&cursor, &context) != 0) return;
+  const void* own_base = own_object_base();
+  Dl_info own_info;
+  bool own_is_executable = dladdr(own_base, &own_info) == 0 || own_info.dli_fname == nullptr ||
+                           strstr(own_info.dli_fname, "libxalloc") == nullptr;
+  bool skipping = true;
+  int shown = 0;
+  for (int depth = 0; depth < 64 && g_unwind.step(&cursor) > 0; ++depth) {
+    unw_word_t ip = 0;
+    unw_word_t offset = 0;
+    char name[256];
+    g_unwind.get_reg(&cursor, UNW_REG_IP, &ip);
+    if (ip == 0) break;
+    bool named = g_unwind.get_proc_name(&cursor, name, sizeof(name), &offset) == 0;
+    auto* address = reinterpret_cast<void*>(ip);
+    if (skipping && is_internal_frame(address, named ? name : nullptr, own_base, own_is_executable)) continue;
+    skipping = false;
+    Dl_info info;
+    const char* object = dladdr(address, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "?";
+    const char* base = strrchr(object, '/');
+    if (named) {
+      report::detail("    #%u %p in %s+%x (%s)", static_cast<unsigned>(shown), address, name,
+                      static_cast<uint64_t>(offset), base != nullptr ? base + 1 : object);
+    } else {
+      report::detail("    #%u %p (%s)", static_cast<unsigned>(shown), address, base != nullptr ? base + 1 : object);
+    }
+    ++shown;
+  }
+}
+
+}  // namespace xalloc
