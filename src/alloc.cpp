@@ -41,7 +41,9 @@ void free_foreign(void* ptr, Caller caller) {
 XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
   if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
-  report_misuse("double free", block, page->block_size(), caller);
+  if (block->marker == free_marker(page)) report_misuse("double free", block, page->block_size(), caller);
+  report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
+                page->block_size(), caller);
 }
 
 // A checked slab block freed through the out-of-line path by its owner, or
@@ -50,16 +52,18 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
   Heap* owner = page->owner;
   Heap* heap = t_heap;
   if (owner == heap) {
-    block->next = page->free;
-    page->free = block;
+    if (secure::kEnabled) return quarantine_free(heap, page, block);
+    slab_push(page, block);
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     return;
   }
   heap = thread_heap_for_free();
   if (heap == nullptr) {
+    set_remote_next(block, nullptr);
     inbox_push(owner, block, block);  // this thread is exiting: no buffering
     return;
   }
+  if (secure::kEnabled) return quarantine_free(heap, page, block);
   outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
@@ -87,14 +91,12 @@ XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller 
   auto* block = static_cast<FreeBlock*>(ptr);
   if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block))))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_MISUSE_CHECKS) {
-    uintptr_t marker = free_marker(page);
-    if (XALLOC_UNLIKELY(block->marker == marker)) return report_slab_misuse(page, block, caller);
-    block->marker = marker;
-  }
+  if (XALLOC_MISUSE_CHECKS && XALLOC_UNLIKELY(!slab_check_and_mark(page, block)))
+    return report_slab_misuse(page, block, caller);
   Heap* owner = page->owner;
   Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(owner == heap || heap == &g_empty_heap)) return free_slab_block_slow(page, block);
+  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap || heap == &g_empty_heap))
+    return free_slab_block_slow(page, block);
   outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
@@ -126,15 +128,16 @@ void* alloc_zeroed(size_t size) {
     if (block != nullptr) memset(block, 0, size);
     return block;
   }
-  if (size <= kMaxSlabSize) return heap_alloc_zeroed(t_heap, class_of(size), size);
+  if (size <= kMaxSlabSize - secure::kCanaryBytes)
+    return heap_alloc_zeroed(t_heap, class_of(size + secure::kCanaryBytes), size);
   if (size <= kMaxLargeSize) return large_alloc(size, 0, true);
   return huge_alloc(size, 0, true);
 }
 
 void* alloc_aligned(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
-  if (size <= kMaxSlabSize && alignment <= kMaxSlabAlignment) {
-    unsigned cls = aligned_class_of(size, alignment);
+  if (size <= kMaxSlabSize - secure::kCanaryBytes && alignment <= kMaxSlabAlignment) {
+    unsigned cls = aligned_class_of(size + secure::kCanaryBytes, alignment);
     if (cls < kNumClasses) return alloc_from_class(t_heap, cls);
   }
   if (size > kMaxRequest) return fail_enomem();
@@ -164,7 +167,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
         report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
       if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(page))
         report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
-      size_t old_size = page->block_size();
+      size_t old_size = page->block_size() - secure::kCanaryBytes;
       // Stay in place unless the block would be less than half used.
       if (size <= old_size && (size > old_size / 2 || old_size <= 16)) return ptr;
       void* moved = alloc(size);
@@ -197,7 +200,7 @@ size_t usable_size(const void* ptr, Caller caller) {
   switch (page->kind()) {
     case PageKind::kSlab: {
       size_t offset = (address - page->start) % page->block_size();
-      return page->block_size() - offset;
+      return page->block_size() - secure::kCanaryBytes - offset;
     }
     case PageKind::kLarge:
       return page->start + page->large_usable - address;

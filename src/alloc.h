@@ -16,53 +16,9 @@
 #include "report.h"
 #include "segment.h"
 #include "size_classes.h"
-
-#define XALLOC_INLINE inline __attribute__((always_inline))
-#define XALLOC_NOINLINE __attribute__((noinline))
-#define XALLOC_LIKELY(x) __builtin_expect(!!(x), 1)
-#define XALLOC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#include "slab.h"
 
 namespace xalloc {
-
-// Misuse checks on the fast path (double and invalid frees) can be compiled
-// out to measure what they cost: cmake -DXALLOC_MISUSE_CHECKS=OFF.
-#if !defined(XALLOC_MISUSE_CHECKS)
-#define XALLOC_MISUSE_CHECKS 1
-#endif
-
-// A free block's second word holds this marker; allocation clears it. A
-// block freed while it still holds its marker is already free: a double
-// free. The marker is the address of the slab's descriptor, which is in a
-// register on the free path anyway and which no program has reason to
-// store in its own data.
-XALLOC_INLINE uintptr_t free_marker(const Page* page) { return reinterpret_cast<uintptr_t>(page); }
-
-// True when `address` is the start of a block of `page` (a slab):
-// divisibility by the class size without a division.
-XALLOC_INLINE bool is_block_start(const Page* page, uintptr_t address) {
-  return (address - page->start) * page->div_magic < page->div_magic;
-}
-
-// The slab is its class's current one, so nothing is counted (page.h).
-XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
-  page->free = block->next;
-  if (XALLOC_MISUSE_CHECKS) block->marker = 0;
-  return block;
-}
-
-// Pushes a block freed by the slab's owner; false if it is not a block
-// start or already free (the caller reports it).
-XALLOC_INLINE bool slab_push_checked(Page* page, FreeBlock* block) {
-  if (XALLOC_MISUSE_CHECKS) {
-    uintptr_t marker = free_marker(page);
-    if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block)) || block->marker == marker))
-      return false;
-    block->marker = marker;
-  }
-  block->next = page->free;
-  page->free = block;
-  return true;
-}
 
 // Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
 void* alloc_generic(Heap* heap, size_t size);
@@ -72,7 +28,12 @@ void free_generic(void* ptr, Caller caller);
 // fast path's checks.
 void free_not_local(Page* page, void* ptr, Caller caller);
 
+// Secure mode: a freed slab block waits in the freeing thread's quarantine
+// (heap.cpp) before it is really freed.
+void quarantine_free(Heap* heap, Page* page, FreeBlock* block);
+
 XALLOC_INLINE void* alloc(size_t size) {
+  if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   Heap* heap = t_heap;
   if (XALLOC_LIKELY(size <= kMaxSmallSize)) {
     size_t granule = granule_of(size);
@@ -89,7 +50,10 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
   if (XALLOC_LIKELY(segment_map_entry(address) == kMapSegmentHead)) {
     Page* page = page_of(segment_of(address), address);
     Heap* heap = t_heap;
-    if (XALLOC_LIKELY(page->owner == heap) && XALLOC_LIKELY(slab_push_checked(page, static_cast<FreeBlock*>(ptr)))) {
+    auto* block = static_cast<FreeBlock*>(ptr);
+    if (XALLOC_LIKELY(page->owner == heap) && XALLOC_LIKELY(slab_check_and_mark(page, block))) {
+      if (secure::kEnabled) return quarantine_free(heap, page, block);
+      slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
       return;
     }

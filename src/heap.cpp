@@ -2,12 +2,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <numeric>
 #include <new>
 
 #include "alloc.h"
 #include "debug.h"
 #include "emergency_heap.h"
 #include "large.h"
+#include "options.h"
 #include "platform/os.h"
 #include "span_allocator.h"
 #include "stats.h"
@@ -69,10 +71,23 @@ void slab_carve(Page* page) {
   if (count > left) count = left;
   uintptr_t first = page->start + page->carved * size;
   FreeBlock* next = page->free;
-  // Link back to front so the list runs in address order.
+  // Link back to front so the list runs in address order; secure mode
+  // shuffles the batch (a random cyclic shift of a random stride) so the
+  // address of the next block cannot be predicted.
+  size_t stride = 1;
+  size_t shift = 0;
+  if (secure::kEnabled && count > 1) {
+    uint64_t r = secure::next_random();
+    shift = static_cast<size_t>(r % count);
+    do {
+      stride = 1 + static_cast<size_t>((r >> 20) % count);
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+    } while (std::gcd(stride, count) != 1);
+  }
   for (size_t i = count; i-- > 0;) {
-    auto* block = reinterpret_cast<FreeBlock*>(first + i * size);
-    block->next = next;
+    size_t index = (i * stride + shift) % count;
+    auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
+    set_next_free(page, block, next);
     if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(page);
     next = block;
   }
@@ -120,7 +135,7 @@ void retire_current(Heap* heap, unsigned cls, Page* page) {
 // in use until they are drained).
 uint64_t blocks_in_use(const Page* page) {
   uint64_t free_count = 0;
-  for (const FreeBlock* b = page->free; b != nullptr; b = b->next) ++free_count;
+  for (const FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) ++free_count;
   return page->carved - free_count;
 }
 
@@ -159,7 +174,7 @@ void check_slab(const Heap* heap, const Page* page) {
   XALLOC_CHECK(page->owner == heap);
   XALLOC_CHECK(page->carved <= page->capacity);
   size_t free_count = 0;
-  for (FreeBlock* b = page->free; b != nullptr; b = b->next) {
+  for (FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) {
     auto a = reinterpret_cast<uintptr_t>(b);
     XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size());
     XALLOC_CHECK(is_block_start(page, a));
@@ -256,18 +271,57 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
 void heap_drain_inbox(Heap* heap) {
   FreeBlock* block = heap->inbox.exchange(nullptr, std::memory_order_acquire);
   while (block != nullptr) {
-    FreeBlock* next = block->next;
+    FreeBlock* next = remote_next(block);
     auto address = reinterpret_cast<uintptr_t>(block);
     Page* page = page_of(segment_of(address), address);
     XALLOC_CHECK(page->owner == heap);
-    block->next = page->free;
-    page->free = block;
+    slab_push(page, block);
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     block = next;
   }
 }
 
+// Frees a block for real: pushes it on its slab if this heap owns it, or
+// sends it to its owner.
+[[maybe_unused]] static void release_quarantined(Heap* heap, FreeBlock* block) {
+  auto address = reinterpret_cast<uintptr_t>(block);
+  Page* page = page_of(segment_of(address), address);
+  Heap* owner = page->owner;
+  if (owner == heap) {
+    slab_push(page, block);
+    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+  } else {
+    outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
+  }
+}
+
+void quarantine_free(Heap* heap, Page* /*page*/, FreeBlock* block) {
+#if XALLOC_SECURE
+  // The oldest block in the ring makes room: it has waited the longest.
+  size_t slot = heap->quarantine_next;
+  heap->quarantine_next = (slot + 1) % secure::kQuarantineSlots;
+  FreeBlock* evicted = heap->quarantine[slot];
+  heap->quarantine[slot] = block;
+  if (evicted != nullptr) release_quarantined(heap, evicted);
+#else
+  (void)heap;
+  (void)block;
+#endif
+}
+
+void quarantine_flush(Heap* heap) {
+#if XALLOC_SECURE
+  for (FreeBlock*& slot : heap->quarantine) {
+    if (slot != nullptr) release_quarantined(heap, slot);
+    slot = nullptr;
+  }
+#else
+  (void)heap;
+#endif
+}
+
 void heap_collect(Heap* heap) {
+  if (secure::kEnabled) quarantine_flush(heap);
   outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   heap_drain_inbox(heap);

@@ -21,6 +21,7 @@
 
 #include "page.h"
 #include "remote_free.h"
+#include "secure.h"
 #include "size_classes.h"
 
 namespace xalloc {
@@ -44,6 +45,10 @@ struct alignas(64) Heap {
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
 
   Outbox outbox;
+#if XALLOC_SECURE
+  FreeBlock* quarantine[secure::kQuarantineSlots];  // freed blocks waiting to be reused
+  size_t quarantine_next;
+#endif
   uint64_t thread_id;
   uint32_t slow_calls;
   std::atomic<HeapState> state;
@@ -58,7 +63,11 @@ struct alignas(64) Heap {
 extern Page g_empty_page;
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, current{}, partial{}, outbox{}, thread_id(0), slow_calls(0), state(HeapState::kActive),
+    : direct{}, current{}, partial{}, outbox{},
+#if XALLOC_SECURE
+      quarantine{}, quarantine_next(0),
+#endif
+      thread_id(0), slow_calls(0), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox(nullptr) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;
@@ -83,6 +92,9 @@ void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
 
 // Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);
+// Secure mode: really frees every block waiting in the heap's quarantine.
+void quarantine_flush(Heap* heap);
+
 // Hands back everything the heap caches: sends its outbox, drains its inbox,
 // returns empty slabs; slabs with live blocks stay owned.
 void heap_collect(Heap* heap);

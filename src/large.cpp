@@ -102,7 +102,8 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
-  size_t slices = (usable + extra + kSliceSize - 1) >> kSliceShift;
+  size_t span_bytes = usable + secure::kGuardBytes;  // secure mode: a guard page follows the block
+  size_t slices = (span_bytes + extra + kSliceSize - 1) >> kSliceShift;
   if (slices >= kSlicesPerSegment) return huge_alloc(size, alignment, zero);
   bool is_zero = false;
   Page* span = g_spans.allocate(slices, PageKind::kLarge, &is_zero);
@@ -112,22 +113,26 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
     uintptr_t aligned = round_up(span->start, alignment);
     size_t skip = (aligned - span->start) >> kSliceShift;
     if (skip != 0) span = g_spans.trim_front(span, skip);
-    g_spans.shrink(span, (usable + kSliceSize - 1) >> kSliceShift);
+    g_spans.shrink(span, (span_bytes + kSliceSize - 1) >> kSliceShift);
   }
   set_large(span, usable, is_zero);
+  if (secure::kEnabled) os::protect_none(reinterpret_cast<void*>(span->start + usable), secure::kGuardBytes);
   void* block = reinterpret_cast<void*>(span->start);
   if (zero && !is_zero) memset(block, 0, size);
   return block;
 }
 
 void large_free(Page* page) {
+  if (secure::kEnabled)
+    os::protect_read_write(reinterpret_cast<void*>(page->start + page->large_usable), secure::kGuardBytes);
   stats::sub(stats::g_global.large_in_use, page->large_usable);
   g_spans.release(page);
 }
 
 void* large_realloc(Page* page, void* ptr, size_t size) {
   size_t old_usable = page->large_usable;
-  if (size > kMaxSlabSize && size <= kMaxLargeSize) {
+  // Secure mode moves the block (and its guard page) instead.
+  if (!secure::kEnabled && size > kMaxSlabSize && size <= kMaxLargeSize) {
     size_t usable = round_up(size, kOsPageSize);
     size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
     if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
@@ -150,17 +155,19 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
-  size_t mapping = round_up(offset + size, kOsPageSize);
-  Segment* segment = cache_take(mapping);
+  size_t mapping = round_up(offset + size, kOsPageSize) + secure::kGuardBytes;
+  Segment* segment = secure::kEnabled ? nullptr : cache_take(mapping);
   bool fresh = segment == nullptr;
   if (fresh) {
-    segment = static_cast<Segment*>(os::map_aligned(mapping, kSegmentSize));
-    if (segment == nullptr) {
+    void* memory = os::map_aligned(mapping, kSegmentSize);
+    if (memory == nullptr) {
       // Maybe cached mappings are what stands in the way.
       if (huge_cache_purge(true, 0) == 0 && g_spans.purge(true) == 0) return fail_enomem();
-      segment = static_cast<Segment*>(os::map_aligned(mapping, kSegmentSize));
-      if (segment == nullptr) return fail_enomem();
+      memory = os::map_aligned(mapping, kSegmentSize);
+      if (memory == nullptr) return fail_enomem();
     }
+    segment = segment_at(reinterpret_cast<uintptr_t>(memory));
+    segment_protect_header(segment->base());
     segment_map_set(segment->base(), mapping, true);
     stats::add(stats::g_global.mapped, mapping);
     stats::add(stats::g_global.segments, 1);
@@ -172,6 +179,10 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool is_zero = fresh || segment->huge_purged;
   segment->huge_purged = 0;
   huge_setup(segment, mapping, offset);
+  if (secure::kEnabled) {
+    segment->huge_usable -= secure::kGuardBytes;
+    os::protect_none(reinterpret_cast<void*>(segment->base() + mapping - secure::kGuardBytes), secure::kGuardBytes);
+  }
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
   if (zero && !is_zero) memset(block, 0, size);
@@ -183,7 +194,7 @@ void huge_free(Segment* segment) {
   Segment* evict = nullptr;
   {
     LockGuard guard(g_huge_lock);
-    if (segment->mapping_size <= g_options.huge_cache_bytes) {
+    if (!secure::kEnabled && segment->mapping_size <= g_options.huge_cache_bytes) {
       segment->freed_at = os::monotonic_ms();
       uint64_t freed_now = segment->freed_at;
       segment->prev = nullptr;
@@ -223,20 +234,22 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
   size_t old_mapping = segment->mapping_size;
   size_t old_usable = segment->huge_usable;
-  if (size > kMaxLargeSize) {
+  if (!secure::kEnabled && size > kMaxLargeSize) {
     size_t mapping = round_up(offset + size, kOsPageSize);
     if (mapping <= old_mapping && mapping * 2 > old_mapping) return ptr;  // fits, not much idle
     bool resized = false;
     Segment* moved = segment;
+    auto* base = reinterpret_cast<void*>(segment->base());
     if (mapping < old_mapping) {
-      resized = os::remap_in_place(segment, old_mapping, mapping);
-    } else if (os::remap_in_place(segment, old_mapping, mapping)) {
+      resized = os::remap_in_place(base, old_mapping, mapping);
+    } else if (os::remap_in_place(base, old_mapping, mapping)) {
       resized = true;
     } else {
       // Move the pages to a fresh aligned reservation instead of copying.
       void* target = os::map_aligned(mapping, kSegmentSize);
-      if (target != nullptr && os::remap_to(segment, old_mapping, mapping, target)) {
-        moved = static_cast<Segment*>(target);
+      if (target != nullptr &&
+          os::remap_to(reinterpret_cast<void*>(segment->base()), old_mapping, mapping, target)) {
+        moved = segment_at(reinterpret_cast<uintptr_t>(target));
         segment_map_set(segment->base(), old_mapping, false);
         resized = true;
       } else if (target != nullptr) {

@@ -16,7 +16,7 @@ void send_slot(Outbox& outbox, size_t slot) {
 void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail) {
   FreeBlock* old = dest->inbox.load(std::memory_order_relaxed);
   do {
-    tail->next = old;
+    set_remote_next(tail, old);
     // Release: the owner's exchange (acquire) must see the links written above.
   } while (!dest->inbox.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "page.h"
+#include "secure.h"
 
 namespace xalloc {
 
@@ -26,7 +27,18 @@ struct Heap;
 
 constexpr size_t kOutboxSlots = 16;
 
-// The lists of a slot run through the blocks' `next` words, head to tail.
+// Lists of blocks on their way to their owner run through the blocks'
+// `next` words (encoded with the process secret in secure mode).
+inline FreeBlock* remote_next(const FreeBlock* block) {
+  return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(block->next) ^
+                                      (secure::kEnabled ? secure::g_secret : 0));
+}
+inline void set_remote_next(FreeBlock* block, FreeBlock* next) {
+  block->next = reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^
+                                             (secure::kEnabled ? secure::g_secret : 0));
+}
+
+// The lists of a slot run head to tail.
 struct Outbox {
   Heap* dest[kOutboxSlots];
   FreeBlock* head[kOutboxSlots];
@@ -55,7 +67,7 @@ inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t bloc
   size_t slot = outbox_slot_of(dest);
   if (__builtin_expect(outbox.dest[slot] != dest, 0)) outbox_switch_slot(outbox, slot, dest);
   FreeBlock* head = outbox.head[slot];
-  block->next = head;
+  set_remote_next(block, head);
   outbox.head[slot] = block;
   if (head == nullptr) outbox.tail[slot] = block;
   outbox.blocks++;

@@ -22,7 +22,8 @@ void segment_map_set(uintptr_t base, size_t size, bool present) {
 Segment* segment_create() {
   void* memory = os::map_aligned(kSegmentSize, kSegmentSize);
   if (memory == nullptr) return nullptr;
-  auto* segment = static_cast<Segment*>(memory);
+  auto* segment = segment_at(reinterpret_cast<uintptr_t>(memory));
+  segment_protect_header(reinterpret_cast<uintptr_t>(memory));
   // The mapping is fresh, so every field not set here is already zero.
   segment->kind = SegmentKind::kNormal;
   segment->mapping_size = kSegmentSize;
@@ -52,7 +53,13 @@ void segment_destroy(Segment* segment) {
   segment_map_set(segment->base(), size, false);
   stats::sub(stats::g_global.mapped, size);
   stats::sub(stats::g_global.segments, 1);
-  os::unmap(segment, size);
+  os::unmap(reinterpret_cast<void*>(segment->base()), size);
+}
+
+void segment_protect_header(uintptr_t base) {
+  if (!secure::kEnabled) return;
+  os::protect_none(reinterpret_cast<void*>(base), secure::kGuardBytes);
+  os::protect_none(reinterpret_cast<void*>(base + kSliceSize - secure::kGuardBytes), secure::kGuardBytes);
 }
 
 namespace {

@@ -18,10 +18,16 @@
 
 #include "config.h"
 #include "page.h"
+#include "secure.h"
 
 namespace xalloc {
 
 enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
+
+// Where the header starts in its segment: at the beginning, or in secure
+// mode after a guard page (so an overflow from the segment below cannot
+// reach it).
+inline constexpr size_t kSegmentHeaderOffset = secure::kGuardBytes;
 
 struct Segment {
   SegmentKind kind;
@@ -38,12 +44,14 @@ struct Segment {
   Page* page_of_slice[kSlicesPerSegment];
   Page pages[kSlicesPerSegment];
 
-  uintptr_t base() const { return reinterpret_cast<uintptr_t>(this); }
+  // The first byte of the segment (its mapping).
+  uintptr_t base() const { return reinterpret_cast<uintptr_t>(this) - kSegmentHeaderOffset; }
   size_t slice_index(const Page* page) const { return static_cast<size_t>(page - pages); }
   uintptr_t slice_address(size_t index) const { return base() + (index << kSliceShift); }
 };
 
-static_assert(sizeof(Segment) <= kSliceSize, "the header must fit in slice 0");
+static_assert(kSegmentHeaderOffset + sizeof(Segment) + secure::kGuardBytes <= kSliceSize,
+              "the header (and its guard pages) must fit in slice 0");
 
 // ---------------------------------------------------------------------------
 // Segment map
@@ -70,7 +78,9 @@ inline uint8_t segment_map_entry(uintptr_t address) {
 #endif
 }
 
-inline Segment* segment_of(uintptr_t address) { return reinterpret_cast<Segment*>(address & ~kSegmentMask); }
+// The header of the segment whose mapping starts at `base`.
+inline Segment* segment_at(uintptr_t base) { return reinterpret_cast<Segment*>(base + kSegmentHeaderOffset); }
+inline Segment* segment_of(uintptr_t address) { return segment_at(address & ~kSegmentMask); }
 
 inline Page* page_of(const Segment* segment, uintptr_t address) {
   return segment->page_of_slice[(address - segment->base()) >> kSliceShift];
@@ -86,6 +96,8 @@ void segment_map_set(uintptr_t base, size_t size, bool present);
 
 // Maps and initialises a normal segment (all slices free but the header).
 Segment* segment_create();
+// Secure mode: makes the guard pages around a header inaccessible.
+void segment_protect_header(uintptr_t base);
 void segment_destroy(Segment* segment);
 
 // Dirty-slice bookkeeping (callers hold the span allocator's lock).

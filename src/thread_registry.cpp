@@ -9,6 +9,7 @@
 #include "platform/lock.h"
 #include "platform/os.h"
 #include "report.h"
+#include "secure.h"
 #include "span_allocator.h"
 #include "stats.h"
 
@@ -117,6 +118,7 @@ void process_init() {
     return;
   }
   options_init();
+  secure::init_secret();
   g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
   if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
   g_init_state.store(InitState::kDone, std::memory_order_release);

@@ -93,6 +93,11 @@ bool protect_none(void* addr, size_t size) {
   return !failed(raw_syscall(SYS_mprotect, reinterpret_cast<long>(addr), static_cast<long>(size), PROT_NONE));
 }
 
+bool protect_read_write(void* addr, size_t size) {
+  return !failed(raw_syscall(SYS_mprotect, reinterpret_cast<long>(addr), static_cast<long>(size),
+                             PROT_READ | PROT_WRITE));
+}
+
 void futex_wait(const volatile uint32_t* word, uint32_t expected) {
   raw_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT_PRIVATE, expected, 0);
 }

@@ -1,0 +1,42 @@
+#include "secure.h"
+
+#include "emergency_heap.h"
+#include "page.h"
+#include "platform/os.h"
+#include "report.h"
+#include "slab.h"
+#include "stack_trace.h"
+
+namespace xalloc {
+
+namespace secure {
+
+uintptr_t g_secret = 0x2545F4914F6CDD1Dull;
+
+namespace {
+__thread uint64_t t_random_state = 0;
+}
+
+void init_secret() { g_secret = os::random_u64() | 1; }
+
+uint64_t next_random() {
+  uint64_t x = t_random_state;
+  if (x == 0) x = mix(g_secret ^ os::thread_id()) | 1;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  t_random_state = x;
+  return x;
+}
+
+}  // namespace secure
+
+void report_corrupt_free_list(const Page* page, const void* block) {
+  emergency::enter();
+  report::message("heap corruption: the free list of the slab at %p (%u-byte class) is damaged after block %p",
+                  reinterpret_cast<const void*>(page->start), page->block_size(), block);
+  stack_trace_print();
+  os::abort_process();
+}
+
+}  // namespace xalloc

@@ -1,0 +1,48 @@
+// Secure mode: the hardening built into libxalloc-secure.so.
+//
+// The same sources are compiled with XALLOC_SECURE=1: free-list pointers
+// are encoded with a per-slab secret, block markers are secret too, slab
+// blocks are handed out in random order, every slab block ends in a canary
+// checked when it is freed, freed blocks wait in a per-thread quarantine
+// before they can be reused, and guard pages surround segment headers and
+// follow large and huge blocks. In the default build every hook here is a
+// constant that the compiler folds away. docs/security.md has the details.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(XALLOC_SECURE)
+#define XALLOC_SECURE 0
+#endif
+
+namespace xalloc::secure {
+
+inline constexpr bool kEnabled = XALLOC_SECURE != 0;
+
+// Random, set once at start-up.
+extern uintptr_t g_secret;
+void init_secret();
+
+// Bytes at the end of every slab block that hold its canary.
+inline constexpr size_t kCanaryBytes = kEnabled ? sizeof(uint64_t) : 0;
+// Freed slab blocks that wait before they can be reused, per thread.
+inline constexpr size_t kQuarantineSlots = 256;
+// Guard pages: segment headers sit between two, large and huge blocks are
+// followed by one.
+inline constexpr size_t kGuardBytes = kEnabled ? 4096 : 0;
+
+inline uintptr_t mix(uintptr_t value) {
+  value ^= value >> 31;
+  value *= 0x9E3779B97F4A7C15ull;
+  return value ^ (value >> 29);
+}
+
+inline uint64_t canary_of(const void* block) {
+  return static_cast<uint64_t>(g_secret ^ mix(reinterpret_cast<uintptr_t>(block)));
+}
+
+// A per-thread xorshift generator for the allocation order of slabs.
+uint64_t next_random();
+
+}  // namespace xalloc::secure

@@ -1,0 +1,114 @@
+// Slab free lists: the block-level operations shared by the fast paths
+// (alloc.h), the heap's slow paths and the remote-free drain.
+//
+// A free block's first word links it to the next free block, its second
+// holds a marker that says it is free (alloc.h explains the double-free
+// check). In secure mode the link is encoded with a secret of its slab, the
+// marker is secret, and every decoded link is checked to stay in its slab.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "page.h"
+#include "secure.h"
+
+#define XALLOC_INLINE inline __attribute__((always_inline))
+#define XALLOC_NOINLINE __attribute__((noinline))
+#define XALLOC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define XALLOC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// Misuse checks on the fast path (double and invalid frees) can be compiled
+// out to measure what they cost: cmake -DXALLOC_MISUSE_CHECKS=OFF.
+#if !defined(XALLOC_MISUSE_CHECKS)
+#define XALLOC_MISUSE_CHECKS 1
+#endif
+
+namespace xalloc {
+
+[[noreturn]] void report_corrupt_free_list(const Page* page, const void* block);
+
+// The marker of a free block of `page`. By default the address of the
+// slab's descriptor: it is in a register on the free path anyway, and no
+// program has reason to store it in its own data. In secure mode a value
+// derived from a secret, which a program cannot forge.
+XALLOC_INLINE uintptr_t free_marker(const Page* page) {
+  auto p = reinterpret_cast<uintptr_t>(page);
+  return secure::kEnabled ? secure::g_secret ^ secure::mix(p) : p;
+}
+
+XALLOC_INLINE uintptr_t link_key(const Page* page) {
+  return secure::kEnabled ? secure::g_secret ^ secure::mix(reinterpret_cast<uintptr_t>(page) + 1) : 0;
+}
+
+// True when `address` is the start of a block of `page` (a slab):
+// divisibility by the class size without a division.
+XALLOC_INLINE bool is_block_start(const Page* page, uintptr_t address) {
+  return (address - page->start) * page->div_magic < page->div_magic;
+}
+
+XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next) {
+  return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^ link_key(page));
+}
+
+// The block after `block` on `page`'s free list.
+XALLOC_INLINE FreeBlock* next_free(const Page* page, const FreeBlock* block) {
+  FreeBlock* next = encode_link(page, block->next);
+  if (secure::kEnabled && next != nullptr) {
+    auto a = reinterpret_cast<uintptr_t>(next);
+    if (XALLOC_UNLIKELY(a - page->start >= page->span_bytes() || !is_block_start(page, a)))
+      report_corrupt_free_list(page, block);
+  }
+  return next;
+}
+
+XALLOC_INLINE void set_next_free(const Page* page, FreeBlock* block, FreeBlock* next) {
+  block->next = encode_link(page, next);
+}
+
+// Secure mode: the last bytes of each slab block hold a canary, written
+// when the block is handed out and checked when it is freed.
+XALLOC_INLINE void write_canary(const Page* page, void* block) {
+  if (secure::kEnabled) {
+    auto* canary = reinterpret_cast<uint64_t*>(static_cast<char*>(block) + page->block_size() - secure::kCanaryBytes);
+    *canary = secure::canary_of(block);
+  }
+}
+
+XALLOC_INLINE bool canary_intact(const Page* page, const void* block) {
+  if (!secure::kEnabled) return true;
+  auto* canary =
+      reinterpret_cast<const uint64_t*>(static_cast<const char*>(block) + page->block_size() - secure::kCanaryBytes);
+  return *canary == secure::canary_of(block);
+}
+
+// Takes `block`, the head of the current slab's free list (page.h: the
+// current slab counts nothing).
+XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
+  page->free = next_free(page, block);
+  if (XALLOC_MISUSE_CHECKS) block->marker = 0;
+  write_canary(page, block);
+  return block;
+}
+
+// Pushes a block that is known to be a valid, marked block of `page`.
+XALLOC_INLINE void slab_push(Page* page, FreeBlock* block) {
+  set_next_free(page, block, page->free);
+  page->free = block;
+}
+
+// Validates a block freed by the slab's owner and marks it free; false if
+// it is not a block start, is already free, or (secure mode) its canary was
+// overwritten - the caller reports it.
+XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block) {
+  if (XALLOC_MISUSE_CHECKS) {
+    uintptr_t marker = free_marker(page);
+    if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block)) || block->marker == marker ||
+                        !canary_intact(page, block)))
+      return false;
+    block->marker = marker;
+  }
+  return true;
+}
+
+}  // namespace xalloc
