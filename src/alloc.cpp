@@ -33,7 +33,7 @@ XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
 void free_foreign(void* ptr, Caller caller) {
   if (emergency::owns(ptr)) return;
   if (segment_map_entry(reinterpret_cast<uintptr_t>(ptr)) == kMapHugeTail)
-    report_misuse("invalid free (pointer inside a block)", ptr, 0, caller);
+    report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
   if (g_options.abort_on_invalid_free)
     report_misuse("invalid free (pointer not allocated by xalloc)", ptr, 0, caller);
 }
@@ -79,6 +79,9 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
       huge_free(segment);
       return;
     default:
+      // A freed large or huge block keeps its start in its descriptor until
+      // the space is reused or merged.
+      if (page->kind() == PageKind::kFree && address == page->start) report_misuse("double free", ptr, 0, caller);
       report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
   }
 }
@@ -156,7 +159,8 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) != kMapSegmentHead) {
     if (emergency::owns(ptr)) return emergency::realloc(ptr, size);
-    free_foreign(ptr, caller);
+    free_foreign(ptr, caller);  // reports, unless XALLOC_ABORT_ON_INVALID_FREE=0
+    errno = EINVAL;
     return nullptr;
   }
   Segment* segment = segment_of(address);
@@ -183,6 +187,8 @@ void* realloc(void* ptr, size_t size, Caller caller) {
       if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
       return huge_realloc(segment, ptr, size);
     default:
+      if (page->kind() == PageKind::kFree && address == page->start)
+        report_misuse("realloc of a freed block", ptr, 0, caller);
       report_misuse("invalid realloc (pointer into free memory)", ptr, 0, caller);
   }
 }

@@ -126,22 +126,16 @@ void slab_release(Heap* heap, Page* page) {
 // of its blocks come back.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
   XALLOC_CHECK(page->free == nullptr && page->carved == page->capacity);
+  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity);
   set_current(heap, cls, &g_empty_page);
   page->needed = wake_threshold(page->capacity);
   page->set_state(SlabState::kFull);
 }
 
-// Carved blocks not on the free list (blocks waiting in inboxes count as
-// in use until they are drained).
-uint64_t blocks_in_use(const Page* page) {
-  uint64_t free_count = 0;
-  for (const FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) ++free_count;
-  return page->carved - free_count;
-}
-
 void make_current(Heap* heap, unsigned cls, Page* page) {
   if (page->state() == SlabState::kPartial) partial_remove(heap, page);
-  page->needed = kCurrentBias;
+  else page->needed = 0;  // a new slab
+  page->needed += kCurrentBias;
   page->set_state(SlabState::kCurrent);
   set_current(heap, cls, page);
 }
@@ -183,7 +177,7 @@ void check_slab(const Heap* heap, const Page* page) {
   }
   uint32_t used = static_cast<uint32_t>(page->carved - free_count);
   switch (page->state()) {
-    case SlabState::kCurrent: XALLOC_CHECK(page->needed > kCurrentBias / 2); break;
+    case SlabState::kCurrent: XALLOC_CHECK(page->needed >= kCurrentBias + used); break;
     case SlabState::kPartial: XALLOC_CHECK(page->needed >= used); break;  // inbox blocks count as used
     case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity)); break;
     default: XALLOC_CHECK(false);
@@ -192,6 +186,16 @@ void check_slab(const Heap* heap, const Page* page) {
 #endif
 
 }  // namespace
+
+uint64_t slab_blocks_in_use(const Page* page) {
+  uint64_t needed = __atomic_load_n(&page->needed, __ATOMIC_RELAXED);
+  switch (page->state()) {
+    case SlabState::kCurrent: return needed - kCurrentBias;
+    case SlabState::kPartial: return needed;
+    case SlabState::kFull: return page->capacity - (wake_threshold(page->capacity) - needed);
+    default: return 0;
+  }
+}
 
 void heap_init(Heap* heap, uint64_t thread_id) {
   new (heap) Heap(Heap::EmptyTag{});
@@ -329,7 +333,7 @@ void heap_collect(Heap* heap) {
     Page* page = heap->current[cls];
     if (page == &g_empty_page) continue;
     set_current(heap, cls, &g_empty_page);
-    page->needed = blocks_in_use(page);
+    page->needed -= kCurrentBias;
     page->set_state(SlabState::kDetached);
     settle_uncurrent(heap, page);
   }

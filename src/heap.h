@@ -82,6 +82,9 @@ extern __thread Heap* t_heap;
 
 void heap_init(Heap* heap, uint64_t thread_id);
 
+// Blocks in use in `page`, a slab (whatever its state).
+uint64_t slab_blocks_in_use(const Page* page);
+
 // Slow paths of the inline fast paths in alloc.h.
 void* heap_alloc_slow(Heap* heap, unsigned cls);
 void heap_on_needed_zero(Heap* heap, Page* page);

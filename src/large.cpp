@@ -10,6 +10,7 @@
 #include "platform/os.h"
 #include "span_allocator.h"
 #include "stats.h"
+#include "thread_registry.h"
 
 namespace xalloc {
 
@@ -100,6 +101,7 @@ void huge_unmap(Segment* segment) {
 
 void* large_alloc(size_t size, size_t alignment, bool zero) {
   if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
+  ensure_process_init();
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t span_bytes = usable + secure::kGuardBytes;  // secure mode: a guard page follows the block
@@ -153,6 +155,7 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
 
 void* huge_alloc(size_t size, size_t alignment, bool zero) {
   if (XALLOC_UNLIKELY(emergency::active())) return emergency::alloc(size, alignment);
+  ensure_process_init();
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
   size_t mapping = round_up(offset + size, kOsPageSize) + secure::kGuardBytes;
@@ -160,12 +163,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = segment == nullptr;
   if (fresh) {
     void* memory = os::map_aligned(mapping, kSegmentSize);
-    if (memory == nullptr) {
-      // Maybe cached mappings are what stands in the way.
-      if (huge_cache_purge(true, 0) == 0 && g_spans.purge(true) == 0) return fail_enomem();
-      memory = os::map_aligned(mapping, kSegmentSize);
-      if (memory == nullptr) return fail_enomem();
-    }
+    if (memory == nullptr && release_cached_memory()) memory = os::map_aligned(mapping, kSegmentSize);
+    if (memory == nullptr) return fail_enomem();
     segment = segment_at(reinterpret_cast<uintptr_t>(memory));
     segment_protect_header(segment->base());
     segment_map_set(segment->base(), mapping, true);
@@ -196,6 +195,7 @@ void huge_free(Segment* segment) {
     LockGuard guard(g_huge_lock);
     if (!secure::kEnabled && segment->mapping_size <= g_options.huge_cache_bytes) {
       segment->freed_at = os::monotonic_ms();
+      segment->pages[0].set_kind(PageKind::kFree);  // a second free is reported
       uint64_t freed_now = segment->freed_at;
       segment->prev = nullptr;
       segment->next = g_huge_cache;
@@ -312,6 +312,12 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
     unmap_list = next;
   }
   return purged;
+}
+
+bool release_cached_memory() {
+  size_t released = huge_cache_purge(true, 0);
+  released += g_spans.purge(true);
+  return released != 0;
 }
 
 void huge_cache_maybe_purge(uint64_t now_ms) {

@@ -28,6 +28,11 @@ void huge_free(Segment* segment);
 void* huge_realloc(Segment* segment, void* ptr, size_t size);
 
 size_t huge_cache_purge(bool force, uint64_t now_ms);
+
+// The OS refused a mapping: unmaps everything xalloc keeps for reuse (cached
+// huge blocks, empty segments). True if anything was released, so that the
+// caller may try again.
+bool release_cached_memory();
 void huge_cache_maybe_purge(uint64_t now_ms);
 void huge_cache_lock_for_fork();
 void huge_cache_unlock_after_fork_parent();

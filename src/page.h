@@ -45,9 +45,9 @@ struct alignas(64) Page {
   FreeBlock* free;  // blocks ready to hand out (slab)
   // Frees that may happen before this slab needs its owner's slow path.
   // A partial slab counts its blocks in use (it is empty at zero); a full
-  // slab counts down to the frees that wake it. The current slab of a class
-  // carries kCurrentBias, which no run of frees can exhaust, so malloc need
-  // not count: its use is recomputed when it stops being current (heap.cpp).
+  // slab counts down to the frees that wake it; the current slab of a class
+  // counts its blocks in use plus kCurrentBias, so that it never reaches
+  // zero while malloc takes from it.
   uint64_t needed;
   // Slab: the heap that owns it; otherwise null. Written only while the
   // slab has no live block, so a free of a live block never races with it.

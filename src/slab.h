@@ -82,10 +82,10 @@ XALLOC_INLINE bool canary_intact(const Page* page, const void* block) {
   return *canary == secure::canary_of(block);
 }
 
-// Takes `block`, the head of the current slab's free list (page.h: the
-// current slab counts nothing).
+// Takes `block`, the head of the current slab's free list.
 XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
   page->free = next_free(page, block);
+  page->needed++;
   if (XALLOC_MISUSE_CHECKS) block->marker = 0;
   write_canary(page, block);
   return block;

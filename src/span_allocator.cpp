@@ -3,6 +3,7 @@
 #include <bit>
 
 #include "debug.h"
+#include "large.h"
 #include "options.h"
 #include "platform/os.h"
 #include "stats.h"
@@ -123,6 +124,12 @@ Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   }
   // Map outside the lock: the system call can take a while.
   Segment* segment = segment_create();
+  if (segment == nullptr && release_cached_memory()) {
+    LockGuard guard(lock_);
+    Page* span = allocate_locked(slices, kind, is_zero);  // released memory may fit
+    if (span != nullptr) return span;
+  }
+  if (segment == nullptr) segment = segment_create();
   if (segment == nullptr) return nullptr;
   LockGuard guard(lock_);
   add_segment_locked(segment);

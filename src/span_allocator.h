@@ -49,6 +49,19 @@ class SpanAllocator {
   void unlock_after_fork_parent() { lock_.unlock(); }
   void reset_after_fork_child() { lock_.reset_after_fork(); }
 
+  // Calls fn(span) for every span in use, under the lock (statistics).
+  template <typename Fn>
+  void for_each_used_span(Fn fn) {
+    LockGuard guard(lock_);
+    for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+      for (size_t i = 1; i < kSlicesPerSegment;) {
+        Page* span = segment->page_of_slice[i];
+        if (span->kind() != PageKind::kFree) fn(span);
+        i += span->slice_count != 0 ? span->slice_count : 1;
+      }
+    }
+  }
+
   // Debug builds: validates every segment, span and bin.
   void check_invariants();
 

@@ -1,7 +1,10 @@
 #include "stats.h"
 
 #include "../include/xalloc/xalloc.h"
+#include "heap.h"
 #include "options.h"
+#include "size_classes.h"
+#include "span_allocator.h"
 #include "report.h"
 #include "thread_registry.h"
 
@@ -13,12 +16,34 @@ constinit Global g_global;
 
 using xalloc::stats::g_global;
 
+namespace xalloc::stats {
+
+ClassUsage class_usage() {
+  ClassUsage usage{};
+  g_spans.for_each_used_span([&](Page* span) {
+    if (span->kind() != PageKind::kSlab) return;
+    unsigned cls = span->size_class;
+    usage.slabs[cls] += 1;
+    usage.live_blocks[cls] += slab_blocks_in_use(span);
+  });
+  return usage;
+}
+
+size_t slab_live_bytes() {
+  ClassUsage usage = class_usage();
+  size_t bytes = 0;
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) bytes += usage.live_blocks[cls] * kClassInfo[cls].size;
+  return bytes;
+}
+
+}  // namespace xalloc::stats
+
 extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   if (out == nullptr) return;
   out->mapped = g_global.mapped.load(std::memory_order_relaxed);
   out->committed = g_global.committed.load(std::memory_order_relaxed);
   out->large_in_use = g_global.large_in_use.load(std::memory_order_relaxed);
-  out->in_use = out->large_in_use + g_global.slab_in_use.load(std::memory_order_relaxed);
+  out->in_use = out->large_in_use + xalloc::stats::slab_live_bytes();
   out->purged = g_global.purged.load(std::memory_order_relaxed);
   out->segments = g_global.segments.load(std::memory_order_relaxed);
   out->threads = g_global.heaps.load(std::memory_order_relaxed);
@@ -28,6 +53,14 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
 }
 
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
+  using namespace xalloc;
+  stats::ClassUsage usage = stats::class_usage();
+  report::message("stats: %s", "class      slabs   live blocks     live KiB");
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    if (usage.slabs[cls] == 0) continue;
+    report::message("stats: %u%s %u %u %u", kClassInfo[cls].size, "", usage.slabs[cls], usage.live_blocks[cls],
+                    (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10);
+  }
   xalloc_stats_t s;
   xalloc_get_stats(&s);
   xalloc::report::message("stats: mapped %u KiB, committed %u KiB, in use %u KiB (large %u KiB), purged %u KiB total",

@@ -23,6 +23,14 @@ struct Global {
 
 extern Global g_global;
 
+// Per size class, from the slabs' own counts (walks every segment).
+struct ClassUsage {
+  size_t slabs[64];
+  size_t live_blocks[64];
+};
+ClassUsage class_usage();
+size_t slab_live_bytes();
+
 inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
 inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }
 

@@ -40,6 +40,7 @@ Heap* new_heap_locked() {
   constexpr size_t kHeapBytes = (sizeof(Heap) + 63) & ~size_t{63};
   if (g_heap_chunk_left < kHeapBytes) {
     void* chunk = os::map(kHeapChunkBytes);
+    if (chunk == nullptr && release_cached_memory()) chunk = os::map(kHeapChunkBytes);
     if (chunk == nullptr) return nullptr;
     g_heap_chunk = static_cast<char*>(chunk);
     g_heap_chunk_left = kHeapChunkBytes;
@@ -109,6 +110,8 @@ void fork_child() {
 
 }  // namespace
 
+std::atomic<bool> g_process_ready{false};
+
 void process_init() {
   InitState expected = InitState::kNone;
   if (!g_init_state.compare_exchange_strong(expected, InitState::kRunning, std::memory_order_acquire)) {
@@ -122,13 +125,14 @@ void process_init() {
   g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
   if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
   g_init_state.store(InitState::kDone, std::memory_order_release);
+  g_process_ready.store(true, std::memory_order_release);
   // May allocate (glibc keeps its fork handlers in a growing array); the
   // allocator is ready by now.
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 Heap* thread_heap_acquire() {
-  if (g_init_state.load(std::memory_order_acquire) != InitState::kDone) process_init();
+  ensure_process_init();
   if (t_heap != &g_empty_heap) return t_heap;  // created by an allocation inside process_init
   Heap* heap;
   {

@@ -2,14 +2,20 @@
 // of exited threads, and fork().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 #include "heap.h"
 
 namespace xalloc {
 
-// Runs once, on the first allocation of the process.
+// Runs once, on the first allocation of the process (of any size): reads
+// the options, creates the thread-exit key, registers the fork handlers.
 void process_init();
+extern std::atomic<bool> g_process_ready;
+inline void ensure_process_init() {
+  if (__builtin_expect(!g_process_ready.load(std::memory_order_acquire), 0)) process_init();
+}
 
 // The calling thread's heap, created or adopted now if it has none.
 // Null only when the OS has no memory for a heap.
