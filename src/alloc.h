@@ -37,7 +37,7 @@ XALLOC_INLINE void* alloc(size_t size) {
   Heap* heap = t_heap;
   if (XALLOC_LIKELY(size <= kMaxSmallSize)) {
     size_t granule = granule_of(size);
-    Page* page = heap->direct[granule];
+    Page* page = __atomic_load_n(&heap->direct[granule], __ATOMIC_RELAXED);
     FreeBlock* block = page->free;
     if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
     return heap_alloc_slow(heap, kGranuleClass[granule]);

@@ -42,7 +42,7 @@ inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capac
 void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->current[cls] = page;
   if (kClassInfo[cls].size <= kMaxSmallSize) {
-    for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g) heap->direct[g] = page;
+    for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g) __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
   }
 }
 
@@ -153,6 +153,15 @@ void settle_uncurrent(Heap* heap, Page* page) {
   }
 }
 
+// Another thread asked for a drain (remote_free.h) and emptied the direct
+// table: drain, then point the table at the current slabs again.
+void answer_drain_request(Heap* heap) {
+  heap->drain_requested.store(0, std::memory_order_release);
+  heap_drain_inbox(heap);
+  for (unsigned cls = 0; cls < kNumClasses && kClassInfo[cls].size <= kMaxSmallSize; ++cls)
+    set_current(heap, cls, heap->current[cls]);
+}
+
 void heap_periodic(Heap* heap) {
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
@@ -211,6 +220,7 @@ void* heap_alloc_slow(Heap* heap, unsigned cls) {
       return nullptr;
     }
   }
+  if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
   Page* page = heap->current[cls];
   XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
   if (page->free != nullptr) return slab_pop(page, page->free);
@@ -273,6 +283,7 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
 }
 
 void heap_drain_inbox(Heap* heap) {
+  heap->inbox_bytes.store(0, std::memory_order_relaxed);
   FreeBlock* block = heap->inbox.exchange(nullptr, std::memory_order_acquire);
   while (block != nullptr) {
     FreeBlock* next = remote_next(block);

@@ -40,6 +40,8 @@ struct alignas(64) Heap {
   // Fast path: the slab to allocate from, by 16-byte granule (sizes up to
   // kMaxSmallSize) and by class. Unused entries point at g_empty_page,
   // whose free list is always empty, so there is no null check.
+  // Written by other threads too, when they ask for a drain (below): read
+  // and written with relaxed __atomic builtins.
   Page* direct[kDirectSlots];
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
@@ -58,6 +60,14 @@ struct alignas(64) Heap {
 
   // Frees from other threads; written by them, so on its own cache line.
   alignas(64) std::atomic<FreeBlock*> inbox;
+  // Bytes pushed since the last drain. A heap drains when one of its slabs
+  // runs dry, which may never happen to a thread that allocates what it
+  // frees itself while others free its older blocks; past
+  // kDrainRequestBytes the sender asks for a drain: it sets drain_requested
+  // and points the direct table at the empty slab, so the owner's next
+  // small malloc takes the slow path, which drains and restores the table.
+  std::atomic<size_t> inbox_bytes;
+  std::atomic<uint32_t> drain_requested;
 };
 
 extern Page g_empty_page;
@@ -68,7 +78,8 @@ constexpr Heap::Heap(EmptyTag)
       quarantine{}, quarantine_next(0),
 #endif
       thread_id(0), slow_calls(0), state(HeapState::kActive),
-      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox(nullptr) {
+      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox(nullptr), inbox_bytes(0),
+      drain_requested(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;
 }

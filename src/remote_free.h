@@ -43,12 +43,16 @@ struct Outbox {
   Heap* dest[kOutboxSlots];
   FreeBlock* head[kOutboxSlots];
   FreeBlock* tail[kOutboxSlots];
+  size_t slot_bytes[kOutboxSlots];
   size_t bytes;   // buffered in all slots
   size_t blocks;  // ever queued (statistics)
 };
 
-// Pushes the list head..tail onto `dest`'s inbox.
-void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail);
+// Pushes the list head..tail (`bytes` in all) onto `dest`'s inbox.
+void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail, size_t bytes);
+
+// Pending inbox bytes past which a sender asks the owner to drain.
+constexpr size_t kDrainRequestBytes = 256 * 1024;
 
 // Sends every slot's list to its destination.
 void outbox_flush(Outbox& outbox);
@@ -70,6 +74,7 @@ inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t bloc
   set_remote_next(block, head);
   outbox.head[slot] = block;
   if (head == nullptr) outbox.tail[slot] = block;
+  outbox.slot_bytes[slot] += block_size;
   outbox.blocks++;
   outbox.bytes += block_size;
   if (__builtin_expect(outbox.bytes >= limit, 0)) outbox_flush(outbox);
