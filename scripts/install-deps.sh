@@ -8,7 +8,7 @@ what=${1:-all}
 
 build_pkgs=(build-essential cmake g++ libgtest-dev libgmock-dev googletest
             libbenchmark-dev libunwind-dev pkg-config)
-test_pkgs=(valgrind python3 perl sqlite3 git ruby clang llvm libclang-rt-14-dev
+test_pkgs=(valgrind python3 perl sqlite3 git ruby clang llvm libclang-rt-14-dev google-perftools
            libtsan2 libasan8 libubsan1 file binutils)
 bench_pkgs=(python3 gnuplot-nox ruby time libjemalloc2 libmimalloc2.0
             libtcmalloc-minimal4 libtbbmalloc2 libclang-rt-14-dev valgrind)

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "emergency_heap.h"
+#include "heap_profiler.h"
 #include "large.h"
 #include "options.h"
 #include "remote_free.h"
@@ -105,7 +106,16 @@ XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller 
 
 }  // namespace
 
+// Class of a size for statistics: slab classes, then large, then huge.
+unsigned watch_class(size_t size) {
+  if (size <= kMaxSlabSize) return class_of(size);
+  return size <= kMaxLargeSize ? kNumClasses : kNumClasses + 1;
+}
+
 void* alloc_generic(Heap* heap, size_t size) {
+  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap) {
+    if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return sampled;
+  }
   if (size <= kMaxSlabSize) return alloc_from_class(heap, class_of(size));
   if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
   return huge_alloc(size, 0, false);
@@ -131,17 +141,25 @@ void* alloc_zeroed(size_t size) {
     if (block != nullptr) memset(block, 0, size);
     return block;
   }
+  Heap* heap = t_heap;
+  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap) {
+    if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
+  }
   if (size <= kMaxSlabSize - secure::kCanaryBytes)
-    return heap_alloc_zeroed(t_heap, class_of(size + secure::kCanaryBytes), size);
+    return heap_alloc_zeroed(heap, class_of(size + secure::kCanaryBytes), size);
   if (size <= kMaxLargeSize) return large_alloc(size, 0, true);
   return huge_alloc(size, 0, true);
 }
 
 void* alloc_aligned(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
+  Heap* heap = t_heap;
+  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap && size <= kMaxRequest) {
+    if (void* sampled = prof::watch(heap, watch_class(size), size, alignment)) return sampled;
+  }
   if (size <= kMaxSlabSize - secure::kCanaryBytes && alignment <= kMaxSlabAlignment) {
     unsigned cls = aligned_class_of(size + secure::kCanaryBytes, alignment);
-    if (cls < kNumClasses) return alloc_from_class(t_heap, cls);
+    if (cls < kNumClasses) return alloc_from_class(heap, cls);
   }
   if (size > kMaxRequest) return fail_enomem();
   if (size <= kMaxLargeSize) return large_alloc(size, alignment, false);

@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "debug.h"
 #include "emergency_heap.h"
+#include "heap_profiler.h"
 #include "large.h"
 #include "options.h"
 #include "platform/os.h"
@@ -41,6 +42,8 @@ inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capac
 
 void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->current[cls] = page;
+  // Watched allocations all take the slow path: the direct table stays empty.
+  if (prof::watching()) page = &g_empty_page;
   if (kClassInfo[cls].size <= kMaxSmallSize) {
     for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g) __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
   }
@@ -110,6 +113,7 @@ Page* slab_create(Heap* heap, unsigned cls) {
   page->carved = 0;
   page->owner = heap;
   stats::add(stats::g_global.slab_in_use, page->span_bytes());
+  stats::note_slab_created(cls);
   return page;
 }
 
@@ -119,6 +123,7 @@ void slab_release(Heap* heap, Page* page) {
   page->set_state(SlabState::kDetached);
   page->free = nullptr;
   stats::sub(stats::g_global.slab_in_use, page->span_bytes());
+  stats::sub(stats::g_global.slabs[page->size_class], 1);
   g_spans.release(page);
 }
 
@@ -163,6 +168,7 @@ void answer_drain_request(Heap* heap) {
 }
 
 void heap_periodic(Heap* heap) {
+  if (prof::profiling()) prof::poll_signal();
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
@@ -209,9 +215,10 @@ uint64_t slab_blocks_in_use(const Page* page) {
 void heap_init(Heap* heap, uint64_t thread_id) {
   new (heap) Heap(Heap::EmptyTag{});
   heap->thread_id = thread_id;
+  heap->sample_countdown = prof::first_countdown();
 }
 
-void* heap_alloc_slow(Heap* heap, unsigned cls) {
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
     if (emergency::active()) return emergency::alloc(kClassInfo[cls].size, 16);
     heap = thread_heap_acquire();
@@ -221,6 +228,9 @@ void* heap_alloc_slow(Heap* heap, unsigned cls) {
     }
   }
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
+  if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
+    if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0)) return sampled;
+  }
   Page* page = heap->current[cls];
   XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
   if (page->free != nullptr) return slab_pop(page, page->free);

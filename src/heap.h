@@ -46,6 +46,11 @@ struct alignas(64) Heap {
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
 
+  // Watched allocations (statistics, profiler: heap_profiler.h): requests
+  // per class, then large and huge; bytes until the next sample.
+  uint64_t requests[kNumClasses + 2];
+  int64_t sample_countdown;
+
   Outbox outbox;
 #if XALLOC_SECURE
   FreeBlock* quarantine[secure::kQuarantineSlots];  // freed blocks waiting to be reused
@@ -73,7 +78,7 @@ struct alignas(64) Heap {
 extern Page g_empty_page;
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, current{}, partial{}, outbox{},
+    : direct{}, current{}, partial{}, requests{}, sample_countdown(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
 #endif
@@ -97,7 +102,9 @@ void heap_init(Heap* heap, uint64_t thread_id);
 uint64_t slab_blocks_in_use(const Page* page);
 
 // Slow paths of the inline fast paths in alloc.h.
-void* heap_alloc_slow(Heap* heap, unsigned cls);
+// `from_direct`: called by alloc() for a small size (watched allocations
+// are counted and sampled there).
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
 void heap_on_needed_zero(Heap* heap, Page* page);
 
 // A zeroed block of class `cls`: blocks carved from memory fresh from the

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "emergency_heap.h"
+#include "heap_profiler.h"
 #include "options.h"
 #include "platform/lock.h"
 #include "platform/os.h"
@@ -27,9 +28,11 @@ void* fail_enomem() {
 
 void set_large(Page* span, size_t usable, bool is_zero) {
   span->owner = nullptr;
+  span->sampled = 0;
   span->large_usable = usable;
   span->is_zero = is_zero ? 1 : 0;
   stats::add(stats::g_global.large_in_use, usable);
+  stats::note_in_use();
 }
 
 // --- huge -------------------------------------------------------------------
@@ -54,6 +57,7 @@ void huge_setup(Segment* segment, size_t mapping, size_t offset) {
   Page* page = &segment->pages[0];
   page->set_kind(PageKind::kHuge);
   page->owner = nullptr;
+  page->sampled = 0;
   page->start = segment->base() + offset;
   page->slice_count = 0;
   // Every slice of the first granule resolves to the block's descriptor, so
@@ -125,6 +129,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
 }
 
 void large_free(Page* page) {
+  if (XALLOC_UNLIKELY(page->sampled)) prof::forget(reinterpret_cast<void*>(page->start));
   if (secure::kEnabled)
     os::protect_read_write(reinterpret_cast<void*>(page->start + page->large_usable), secure::kGuardBytes);
   stats::sub(stats::g_global.large_in_use, page->large_usable);
@@ -134,7 +139,7 @@ void large_free(Page* page) {
 void* large_realloc(Page* page, void* ptr, size_t size) {
   size_t old_usable = page->large_usable;
   // Secure mode moves the block (and its guard page) instead.
-  if (!secure::kEnabled && size > kMaxSlabSize && size <= kMaxLargeSize) {
+  if (!secure::kEnabled && !page->sampled && size > kMaxSlabSize && size <= kMaxLargeSize) {
     size_t usable = round_up(size, kOsPageSize);
     size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
     if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
@@ -189,6 +194,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
 }
 
 void huge_free(Segment* segment) {
+  if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(reinterpret_cast<void*>(segment->pages[0].start));
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   Segment* evict = nullptr;
   {
@@ -234,7 +240,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
   size_t old_mapping = segment->mapping_size;
   size_t old_usable = segment->huge_usable;
-  if (!secure::kEnabled && size > kMaxLargeSize) {
+  if (!secure::kEnabled && !segment->pages[0].sampled && size > kMaxLargeSize) {
     size_t mapping = round_up(offset + size, kOsPageSize);
     if (mapping <= old_mapping && mapping * 2 > old_mapping) return ptr;  // fits, not much idle
     bool resized = false;

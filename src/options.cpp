@@ -13,7 +13,7 @@ Options g_options;
 
 namespace {
 
-enum class OptionType { kBool, kSize, kMillis, kCount };
+enum class OptionType { kBool, kSize, kMillis, kCount, kString };
 
 struct OptionSpec {
   const char* name;  // without the XALLOC_ prefix
@@ -35,6 +35,12 @@ const OptionSpec kSpecs[] = {
     {"STATS", OptionType::kBool, &g_options.stats, "print statistics at exit"},
     {"ABORT_ON_INVALID_FREE", OptionType::kBool, &g_options.abort_on_invalid_free,
      "abort on free() of a pointer xalloc never handed out (0: ignore it)"},
+    {"PROF", OptionType::kBool, &g_options.prof, "sample allocations and write a heap profile at exit"},
+    {"PROF_RATE", OptionType::kSize, &g_options.prof_rate, "mean bytes allocated between two samples"},
+    {"PROF_PREFIX", OptionType::kString, &g_options.prof_prefix,
+     "heap profiles are written to <prefix>.<pid>.heap and .collapsed"},
+    {"PROF_SIGNAL", OptionType::kCount, &g_options.prof_signal, "signal number that writes a heap profile"},
+    {"LEAKS", OptionType::kBool, &g_options.leaks, "print the top allocation sites of memory live at exit"},
 };
 
 bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {
@@ -87,6 +93,10 @@ bool apply(const OptionSpec& spec, const char* value) {
     case OptionType::kMillis:
     case OptionType::kCount:
       return parse_unsigned(value, static_cast<uint64_t*>(spec.target), false);
+    case OptionType::kString:
+      if (*value == '\0') return false;
+      *static_cast<const char**>(spec.target) = value;  // environ outlives the program
+      return true;
   }
   return false;
 }
@@ -110,7 +120,8 @@ void options_init() {
     }
     if (match == nullptr) {
       report::warning("unknown option %s ignored", entry);
-    } else if (!apply(*match, eq + 1)) {
+    } else if (!apply(*match, eq + 1) || (match->target == &g_options.prof_rate && g_options.prof_rate == 0)) {
+      if (match->target == &g_options.prof_rate) g_options.prof_rate = 512 << 10;
       report::warning("bad value in %s ignored", entry);
     }
   }
@@ -119,6 +130,10 @@ void options_init() {
 
 void options_print() {
   for (const OptionSpec& spec : kSpecs) {
+    if (spec.type == OptionType::kString) {
+      report::message("option XALLOC_%s=%s  (%s)", spec.name, *static_cast<const char**>(spec.target), spec.help);
+      continue;
+    }
     uint64_t value = spec.type == OptionType::kBool ? (*static_cast<bool*>(spec.target) ? 1 : 0)
                                                     : *static_cast<uint64_t*>(spec.target);
     report::message("option XALLOC_%s=%u  (%s)", spec.name, value, spec.help);

@@ -26,6 +26,12 @@ struct Options {
   // What free() does with a pointer xalloc never handed out: abort with a
   // report (default), or ignore it (leak) for programs known to do it.
   bool abort_on_invalid_free = true;
+  // Heap profiler (heap_profiler.h).
+  bool prof = false;
+  uint64_t prof_rate = 512 << 10;   // mean bytes between samples
+  const char* prof_prefix = "xalloc";  // files <prefix>.<pid>.heap and .collapsed
+  uint64_t prof_signal = 0;          // a signal that writes a profile
+  bool leaks = false;                // print the top sites of memory live at exit
 };
 
 extern Options g_options;

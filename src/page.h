@@ -70,7 +70,8 @@ struct alignas(64) Page {
   // free reading `kind` must not race with the owner updating these.
   uint8_t state_bits : 2;    // SlabState
   uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
-  uint8_t unused_bits : 5;
+  uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
+  uint8_t unused_bits : 4;
   Page* next;                // slab: heap's partial list; free: span bin list
   Page* prev;
 

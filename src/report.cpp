@@ -64,7 +64,17 @@ size_t format(char* buf, size_t size, const char* fmt, const Arg* args, size_t n
       w.put(*f);
       continue;
     }
+    // An optional width: right-aligned, padded with spaces ("%8u"); a '-'
+    // aligns left ("%-10s").
+    bool left = false;
+    if (f[1] == '-') {
+      left = true;
+      ++f;
+    }
+    unsigned width = 0;
+    while (f[1] >= '0' && f[1] <= '9') width = width * 10 + static_cast<unsigned>(*++f - '0');
     char directive = *++f;
+    if (directive == '\0') break;
     if (directive == '%') {
       w.put('%');
       continue;
@@ -74,6 +84,18 @@ size_t format(char* buf, size_t size, const char* fmt, const Arg* args, size_t n
       continue;
     }
     const Arg& a = args[next++];
+    if (width != 0) {
+      char field[64];
+      size_t n = format(field, sizeof(field), directive == 's' ? "%s" : (directive == 'x' ? "%x" : "%u"), &a, 1);
+      if (a.kind == Arg::Kind::kPointer) n = format(field, sizeof(field), "%p", &a, 1);
+      if (a.kind == Arg::Kind::kSigned) n = format(field, sizeof(field), "%d", &a, 1);
+      if (!left)
+        for (size_t pad = n; pad < width; ++pad) w.put(' ');
+      w.put(field);
+      if (left)
+        for (size_t pad = n; pad < width; ++pad) w.put(' ');
+      continue;
+    }
     switch (a.kind) {
       case Arg::Kind::kString: w.put(a.s != nullptr ? a.s : "(null)"); break;
       case Arg::Kind::kPointer:

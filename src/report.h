@@ -3,7 +3,8 @@
 // The heap may be corrupt when something is reported, so nothing here calls
 // malloc or stdio: messages are formatted into a stack buffer and written
 // with one system call. Format directives: %s (string), %u (unsigned
-// decimal), %d (signed decimal), %x (hex), %p (pointer).
+// decimal), %d (signed decimal), %x (hex), %p (pointer), with an optional
+// field width ("%8u", "%-12s").
 #pragma once
 
 #include <cstddef>

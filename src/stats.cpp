@@ -1,7 +1,11 @@
 #include "stats.h"
 
 #include "../include/xalloc/xalloc.h"
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "heap.h"
+#include "heap_profiler.h"
 #include "options.h"
 #include "size_classes.h"
 #include "span_allocator.h"
@@ -27,6 +31,38 @@ ClassUsage class_usage() {
     usage.live_blocks[cls] += slab_blocks_in_use(span);
   });
   return usage;
+}
+
+uint64_t resident_bytes() {
+  // The second field of /proc/self/statm, in pages; read with plain
+  // system calls (no stdio, which would allocate).
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = buf;
+  while (*p != '\0' && *p != ' ') ++p;
+  uint64_t pages = 0;
+  for (++p; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + static_cast<uint64_t>(*p - '0');
+  return pages * 4096;
+}
+
+void note_slab_created(unsigned cls) {
+  size_t now = g_global.slabs[cls].fetch_add(1, std::memory_order_relaxed) + 1;
+  size_t peak = g_global.peak_slabs[cls].load(std::memory_order_relaxed);
+  while (now > peak && !g_global.peak_slabs[cls].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  note_in_use();
+}
+
+void note_in_use() {
+  size_t now = g_global.slab_in_use.load(std::memory_order_relaxed) + g_global.large_in_use.load(std::memory_order_relaxed);
+  size_t peak = g_global.peak_in_use.load(std::memory_order_relaxed);
+  while (now > peak && !g_global.peak_in_use.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
 }
 
 size_t slab_live_bytes() {
@@ -55,22 +91,50 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   using namespace xalloc;
   stats::ClassUsage usage = stats::class_usage();
-  report::message("stats: %s", "class      slabs   live blocks     live KiB");
+  uint64_t requests[kNumClasses + 2] = {};
+  for_each_heap([&](Heap* h) {
+    for (unsigned c = 0; c < kNumClasses + 2; ++c) requests[c] += __atomic_load_n(&h->requests[c], __ATOMIC_RELAXED);
+  });
+  bool counted = prof::watching();
+  report::message("stats: %8s %12s %7s %12s %12s %10s", "class", "requests", "slabs", "live blocks", "live KiB",
+                  "peak slabs");
   for (unsigned cls = 0; cls < kNumClasses; ++cls) {
-    if (usage.slabs[cls] == 0) continue;
-    report::message("stats: %u%s %u %u %u", kClassInfo[cls].size, "", usage.slabs[cls], usage.live_blocks[cls],
-                    (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10);
+    if (usage.slabs[cls] == 0 && requests[cls] == 0 && g_global.peak_slabs[cls].load(std::memory_order_relaxed) == 0)
+      continue;
+    const char* na = "-";
+    if (counted) {
+      report::message("stats: %8u %12u %7u %12u %12u %10u", kClassInfo[cls].size, requests[cls], usage.slabs[cls],
+                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
+                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
+    } else {
+      report::message("stats: %8u %12s %7u %12u %12u %10u", kClassInfo[cls].size, na, usage.slabs[cls],
+                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
+                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
+    }
+  }
+  if (counted) {
+    report::message("stats: %8s %12u", "large", requests[kNumClasses]);
+    report::message("stats: %8s %12u", "huge", requests[kNumClasses + 1]);
+  } else {
+    report::message("stats: (request counts need XALLOC_STATS=1 from the start)");
   }
   xalloc_stats_t s;
   xalloc_get_stats(&s);
-  xalloc::report::message("stats: mapped %u KiB, committed %u KiB, in use %u KiB (large %u KiB), purged %u KiB total",
-                          s.mapped >> 10, s.committed >> 10, s.in_use >> 10, s.large_in_use >> 10, s.purged >> 10);
-  xalloc::report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads,
-                          s.remote_frees);
+  uint64_t resident = stats::resident_bytes();
+  report::message("stats: mapped %u KiB, committed %u KiB, resident %u KiB, in use %u KiB (large and huge %u KiB)",
+                  s.mapped >> 10, s.committed >> 10, resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
+  report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all",
+                  g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10);
+  report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
 }
 
 // XALLOC_STATS=1: print at exit. A destructor function needs no atexit
 // registration (which may allocate).
 __attribute__((destructor)) static void print_stats_at_exit() {
   if (xalloc::g_options.stats) xalloc_stats_print();
+  xalloc::prof::at_exit();
+}
+
+extern "C" XALLOC_API int xalloc_prof_dump(const char* prefix) noexcept {
+  return xalloc::prof::dump(prefix) ? 1 : 0;
 }

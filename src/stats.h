@@ -19,6 +19,9 @@ struct Global {
   std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps
   std::atomic<size_t> heaps{0};          // thread heaps created
   std::atomic<size_t> remote_frees{0};   // blocks freed by a non-owning thread (counted per batch)
+  std::atomic<size_t> peak_in_use{0};    // slab and large bytes at their most (slab granularity)
+  std::atomic<size_t> slabs[64] = {};    // per class, now and at most
+  std::atomic<size_t> peak_slabs[64] = {};
 };
 
 extern Global g_global;
@@ -30,6 +33,10 @@ struct ClassUsage {
 };
 ClassUsage class_usage();
 size_t slab_live_bytes();
+uint64_t resident_bytes();
+// Slow-path bookkeeping of the peaks.
+void note_slab_created(unsigned cls);
+void note_in_use();
 
 inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
 inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }

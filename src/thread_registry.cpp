@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "heap_profiler.h"
 #include "large.h"
 #include "options.h"
 #include "platform/lock.h"
@@ -122,6 +123,7 @@ void process_init() {
   }
   options_init();
   secure::init_secret();
+  prof::init_flags();
   g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
   if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
   g_init_state.store(InitState::kDone, std::memory_order_release);
@@ -129,6 +131,7 @@ void process_init() {
   // May allocate (glibc keeps its fork handlers in a growing array); the
   // allocator is ready by now.
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  prof::start();
 }
 
 Heap* thread_heap_acquire() {

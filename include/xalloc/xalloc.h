@@ -82,6 +82,11 @@ typedef struct xalloc_stats_s {
 XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;
 XALLOC_API void xalloc_stats_print(void) XALLOC_NOEXCEPT;
 
+/* Heap profiler (XALLOC_PROF=1): writes <prefix>.heap (google-pprof) and
+ * <prefix>.collapsed (flame graphs) for the memory live now; prefix NULL
+ * uses XALLOC_PROF_PREFIX.<pid>. Returns 0 when profiling is off. */
+XALLOC_API int xalloc_prof_dump(const char* prefix) XALLOC_NOEXCEPT;
+
 /* "MAJOR.MINOR.PATCH" */
 XALLOC_API const char* xalloc_version(void) XALLOC_NOEXCEPT;
 

@@ -1,0 +1,410 @@
+#include "heap_profiler.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "heap.h"
+#include "large.h"
+#include "options.h"
+#include "platform/lock.h"
+#include "platform/os.h"
+#include "report.h"
+#include "secure.h"
+#include "segment.h"
+#include "stack_trace.h"
+#include "symbolize.h"
+
+namespace xalloc::prof {
+
+std::atomic<bool> g_watch_allocations_flag{false};
+std::atomic<bool> g_profiling_flag{false};
+
+namespace {
+
+constexpr int kMaxFrames = 32;
+constexpr size_t kMaxStacks = size_t{1} << 14;
+constexpr size_t kStackIndexSlots = kMaxStacks * 2;
+constexpr size_t kSampleSlots = size_t{1} << 16;
+constexpr uintptr_t kTombstone = 1;
+
+struct Stack {
+  uint64_t hash;
+  uint32_t depth;
+  void* frames[kMaxFrames];
+  uint64_t alloc_count, alloc_bytes;  // sampled, ever
+  uint64_t live_count, live_bytes;    // sampled, still live
+};
+
+struct Sample {
+  uintptr_t block;  // 0: empty slot; kTombstone: freed
+  uint64_t size;
+  uint32_t stack;
+};
+
+Mutex g_lock;
+Stack* g_stacks = nullptr;
+size_t g_stack_count = 0;
+uint32_t* g_stack_index = nullptr;  // hash slot -> stack index + 1
+Sample* g_samples = nullptr;
+size_t g_dropped = 0;
+std::atomic<int> g_dump_requested{0};
+__thread bool t_in_sampler = false;
+
+// --- numbers ---------------------------------------------------------------
+
+// ln(x) for x > 0: exponent from the bits, mantissa by a series good to
+// about 1e-7 on [1, 2) (enough to space samples).
+double log_approx(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  int exponent = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  bits = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1023} << 52);
+  double m;
+  memcpy(&m, &bits, sizeof(m));  // m in [1, 2)
+  double t = (m - 1) / (m + 1);  // ln(m) = 2 atanh(t), |t| < 1/3
+  double t2 = t * t;
+  double series = t * (2 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * 2.0 / 11)))));
+  return exponent * 0.6931471805599453 + series;
+}
+
+double exp_approx(double x) {
+  // e^x = 2^k * e^r with |r| <= ln2/2.
+  double k = static_cast<double>(static_cast<int64_t>(x / 0.6931471805599453 + (x < 0 ? -0.5 : 0.5)));
+  double r = x - k * 0.6931471805599453;
+  double er = 1 + r * (1 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720))))));
+  if (k < -1000) return 0;
+  uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(k) + 1023) << 52;
+  double scale;
+  memcpy(&scale, &bits, sizeof(scale));
+  return er * scale;
+}
+
+int64_t next_interval() {
+  double u = static_cast<double>((secure::next_random() >> 11) + 1) * (1.0 / 9007199254740992.0);
+  double bytes = -log_approx(u) * static_cast<double>(g_options.prof_rate);
+  return bytes < 1 ? 1 : static_cast<int64_t>(bytes);
+}
+
+// pprof's estimate of how many bytes a sampled (count, bytes) stands for.
+double scale_factor(uint64_t count, uint64_t bytes) {
+  if (count == 0) return 0;
+  double average = static_cast<double>(bytes) / static_cast<double>(count);
+  double p = 1 - exp_approx(-average / static_cast<double>(g_options.prof_rate));
+  return p > 0 ? 1 / p : 1;
+}
+
+// --- tables ----------------------------------------------------------------
+
+uint64_t hash_frames(void* const* frames, int depth) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < depth; ++i) h = secure::mix(h ^ reinterpret_cast<uintptr_t>(frames[i]));
+  return h;
+}
+
+// Under g_lock.
+uint32_t intern_stack(void* const* frames, int depth) {
+  uint64_t h = hash_frames(frames, depth);
+  for (size_t probe = 0; probe < kStackIndexSlots; ++probe) {
+    uint32_t& slot = g_stack_index[(h + probe) & (kStackIndexSlots - 1)];
+    if (slot == 0) {
+      if (g_stack_count == kMaxStacks) return UINT32_MAX;
+      Stack& s = g_stacks[g_stack_count];
+      s.hash = h;
+      s.depth = static_cast<uint32_t>(depth);
+      memcpy(s.frames, frames, sizeof(void*) * static_cast<size_t>(depth));
+      slot = static_cast<uint32_t>(++g_stack_count);
+      return slot - 1;
+    }
+    Stack& s = g_stacks[slot - 1];
+    if (s.hash == h && s.depth == static_cast<uint32_t>(depth) &&
+        memcmp(s.frames, frames, sizeof(void*) * static_cast<size_t>(depth)) == 0)
+      return slot - 1;
+  }
+  return UINT32_MAX;
+}
+
+size_t sample_slot(uintptr_t block) { return secure::mix(block) & (kSampleSlots - 1); }
+
+void record(void* block, size_t size, void* const* frames, int depth) {
+  LockGuard guard(g_lock);
+  uint32_t stack = intern_stack(frames, depth);
+  if (stack == UINT32_MAX) {
+    ++g_dropped;
+    return;
+  }
+  auto address = reinterpret_cast<uintptr_t>(block);
+  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
+    Sample& s = g_samples[(sample_slot(address) + probe) & (kSampleSlots - 1)];
+    if (s.block == 0 || s.block == kTombstone) {
+      s = Sample{address, size, stack};
+      Stack& st = g_stacks[stack];
+      st.alloc_count++;
+      st.alloc_bytes += size;
+      st.live_count++;
+      st.live_bytes += size;
+      return;
+    }
+  }
+  ++g_dropped;
+}
+
+void on_dump_signal(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
+
+// --- output ----------------------------------------------------------------
+
+class FileWriter {
+ public:
+  explicit FileWriter(const char* path) : fd_(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {}
+  ~FileWriter() {
+    flush();
+    if (fd_ >= 0) close(fd_);
+  }
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  template <typename... Args>
+  void print(const char* fmt, Args... args) {
+    const report::Arg list[] = {report::Arg(args)..., report::Arg("")};
+    char line[1024];
+    size_t n = report::format(line, sizeof(line), fmt, list, sizeof...(Args));
+    put(line, n);
+  }
+  void put(const char* data, size_t n) {
+    if (len_ + n > sizeof(buf_)) flush();
+    if (n > sizeof(buf_)) {
+      raw_write(data, n);
+      return;
+    }
+    memcpy(buf_ + len_, data, n);
+    len_ += n;
+  }
+  void flush() {
+    raw_write(buf_, len_);
+    len_ = 0;
+  }
+
+ private:
+  void raw_write(const char* data, size_t n) {
+    while (fd_ >= 0 && n > 0) {
+      ssize_t w = write(fd_, data, n);
+      if (w <= 0) return;
+      data += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  int fd_;
+  char buf_[16384];
+  size_t len_ = 0;
+};
+
+// Leading frames that are xalloc's own (malloc, the slow path, the sampler).
+int first_user_frame(const Stack& s) {
+  int first = 0;
+  while (first < static_cast<int>(s.depth) - 1 && is_xalloc_code(s.frames[first])) ++first;
+  return first;
+}
+
+void make_path(char* out, size_t size, const char* prefix, const char* suffix) {
+  char pid_prefix[256];
+  if (prefix == nullptr) {
+    const report::Arg args[] = {g_options.prof_prefix, static_cast<int64_t>(getpid())};
+    report::format(pid_prefix, sizeof(pid_prefix), "%s.%d", args, 2);
+    prefix = pid_prefix;
+  }
+  const report::Arg args[] = {prefix, suffix};
+  report::format(out, size, "%s%s", args, 2);
+}
+
+void write_pprof(const char* path) {
+  FileWriter out(path);
+  if (!out.ok()) return;
+  uint64_t live_count = 0, live_bytes = 0, alloc_count = 0, alloc_bytes = 0;
+  for (size_t i = 0; i < g_stack_count; ++i) {
+    live_count += g_stacks[i].live_count;
+    live_bytes += g_stacks[i].live_bytes;
+    alloc_count += g_stacks[i].alloc_count;
+    alloc_bytes += g_stacks[i].alloc_bytes;
+  }
+  out.print("heap profile: %u: %u [%u: %u] @ heap_v2/%u\n", live_count, live_bytes, alloc_count, alloc_bytes,
+            g_options.prof_rate);
+  for (size_t i = 0; i < g_stack_count; ++i) {
+    const Stack& s = g_stacks[i];
+    out.print("%u: %u [%u: %u] @", s.live_count, s.live_bytes, s.alloc_count, s.alloc_bytes);
+    for (int f = first_user_frame(s); f < static_cast<int>(s.depth); ++f) out.print(" %p", s.frames[f]);
+    out.put("\n", 1);
+  }
+  // pprof maps addresses to binaries with this section.
+  out.put("\nMAPPED_LIBRARIES:\n", 19);
+  int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (maps >= 0) {
+    char chunk[4096];
+    ssize_t n;
+    while ((n = read(maps, chunk, sizeof(chunk))) > 0) out.put(chunk, static_cast<size_t>(n));
+    close(maps);
+  }
+}
+
+void write_collapsed(const char* path) {
+  FileWriter out(path);
+  if (!out.ok()) return;
+  char name[512];
+  for (size_t i = 0; i < g_stack_count; ++i) {
+    const Stack& s = g_stacks[i];
+    if (s.live_count == 0) continue;
+    int first = first_user_frame(s);
+    // Flame graphs list the outermost frame first.
+    for (int f = static_cast<int>(s.depth) - 1; f >= first; --f) {
+      symbolize(s.frames[f], name, sizeof(name));
+      out.put(name, strlen(name));
+      if (f != first) out.put(";", 1);
+    }
+    auto estimate = static_cast<uint64_t>(static_cast<double>(s.live_bytes) * scale_factor(s.live_count, s.live_bytes));
+    out.print(" %u\n", estimate);
+  }
+}
+
+void print_leaks() {
+  constexpr int kTop = 10;
+  size_t order[kTop];
+  double estimate[kTop];
+  int shown = 0;
+  // Top sites by estimated live bytes (selection: few sites are shown).
+  for (size_t i = 0; i < g_stack_count; ++i) {
+    const Stack& s = g_stacks[i];
+    if (s.live_count == 0) continue;
+    double bytes = static_cast<double>(s.live_bytes) * scale_factor(s.live_count, s.live_bytes);
+    int pos = shown < kTop ? shown++ : kTop - 1;
+    if (pos == kTop - 1 && shown == kTop && estimate[pos] >= bytes) continue;
+    while (pos > 0 && estimate[pos - 1] < bytes) {
+      order[pos] = order[pos - 1];
+      estimate[pos] = estimate[pos - 1];
+      --pos;
+    }
+    order[pos] = i;
+    estimate[pos] = bytes;
+  }
+  if (shown == 0) {
+    report::message("leaks: no sampled memory is live at exit");
+    return;
+  }
+  report::message("leaks: top allocation sites of memory live at exit (estimated from samples every %u bytes):",
+                  g_options.prof_rate);
+  char name[512];
+  for (int k = 0; k < shown; ++k) {
+    const Stack& s = g_stacks[order[k]];
+    report::message("leaks: %u bytes (%u sampled blocks) allocated at:", static_cast<uint64_t>(estimate[k]),
+                    s.live_count);
+    int first = first_user_frame(s);
+    for (int f = first; f < static_cast<int>(s.depth) && f < first + 8; ++f)
+      report::detail("    #%u %s", static_cast<unsigned>(f - first), symbolize(s.frames[f], name, sizeof(name)));
+  }
+}
+
+}  // namespace
+
+void init_flags() {
+  g_watch_allocations_flag.store(g_options.prof || g_options.leaks || g_options.stats, std::memory_order_relaxed);
+}
+
+void start() {
+  if (!g_options.prof && !g_options.leaks) return;
+  t_in_sampler = true;  // what loading the unwinder allocates is not sampled
+  g_stacks = static_cast<Stack*>(os::map(kMaxStacks * sizeof(Stack)));
+  g_stack_index = static_cast<uint32_t*>(os::map(kStackIndexSlots * sizeof(uint32_t)));
+  g_samples = static_cast<Sample*>(os::map(kSampleSlots * sizeof(Sample)));
+  if (g_stacks == nullptr || g_stack_index == nullptr || g_samples == nullptr || !stack_trace_load()) {
+    report::warning("heap profiler disabled: %s",
+                    stack_trace_load() ? "no memory for its tables" : "libunwind.so.8 is not installed");
+    t_in_sampler = false;
+    return;
+  }
+  if (g_options.prof_signal != 0) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_dump_signal;
+    action.sa_flags = SA_RESTART;
+    sigaction(static_cast<int>(g_options.prof_signal), &action, nullptr);
+  }
+  g_profiling_flag.store(true, std::memory_order_relaxed);
+  t_in_sampler = false;
+}
+
+void* maybe_sample(Heap* heap, size_t size, size_t alignment) {
+  if (!profiling() || t_in_sampler) return nullptr;
+  heap->sample_countdown -= static_cast<int64_t>(size);
+  if (heap->sample_countdown > 0) return nullptr;
+  heap->sample_countdown = next_interval();
+  // Allocations made while sampling (by the unwinder) are not sampled.
+  t_in_sampler = true;
+  void* frames[kMaxFrames];
+  int depth = stack_trace_capture(frames, kMaxFrames, 0);
+  void* block = large_alloc(size, alignment, false);
+  if (block != nullptr) {
+    lookup_page(reinterpret_cast<uintptr_t>(block))->sampled = 1;
+    record(block, size, frames, depth);
+  }
+  t_in_sampler = false;
+  return block;
+}
+
+void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
+  heap->requests[cls]++;
+  return maybe_sample(heap, size, alignment);
+}
+
+int64_t first_countdown() { return profiling() ? next_interval() : 0; }
+
+void forget(void* block) {
+  auto address = reinterpret_cast<uintptr_t>(block);
+  LockGuard guard(g_lock);
+  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
+    Sample& s = g_samples[(sample_slot(address) + probe) & (kSampleSlots - 1)];
+    if (s.block == 0) return;
+    if (s.block == address) {
+      Stack& st = g_stacks[s.stack];
+      st.live_count--;
+      st.live_bytes -= s.size;
+      s.block = kTombstone;
+      return;
+    }
+  }
+}
+
+bool dump(const char* prefix) {
+  if (!profiling()) return false;
+  char heap_path[512];
+  char collapsed_path[512];
+  make_path(heap_path, sizeof(heap_path), prefix, ".heap");
+  make_path(collapsed_path, sizeof(collapsed_path), prefix, ".collapsed");
+  t_in_sampler = true;
+  {
+    LockGuard guard(g_lock);
+    write_pprof(heap_path);
+    write_collapsed(collapsed_path);
+  }
+  t_in_sampler = false;
+  if (g_options.verbose) report::message("heap profile written to %s and %s", heap_path, collapsed_path);
+  return true;
+}
+
+void poll_signal() {
+  if (g_dump_requested.load(std::memory_order_relaxed) != 0 && g_dump_requested.exchange(0) != 0) dump(nullptr);
+}
+
+void at_exit() {
+  if (!profiling()) return;
+  if (g_options.prof) dump(nullptr);
+  if (g_options.leaks) {
+    t_in_sampler = true;
+    LockGuard guard(g_lock);
+    print_leaks();
+    t_in_sampler = false;
+  }
+  if (g_dropped != 0) report::warning("heap profiler: %u samples dropped (tables full)", g_dropped);
+}
+
+}  // namespace xalloc::prof

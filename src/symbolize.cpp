@@ -1,0 +1,147 @@
+#include "symbolize.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+
+#include "report.h"
+
+namespace xalloc {
+
+namespace {
+
+// One mapped ELF file and its symbol table.
+struct SymbolFile {
+  const void* base;  // load address (dli_fbase)
+  const char* data;  // the file, mapped
+  size_t size;
+  const Elf64_Sym* symbols;
+  size_t count;
+  const char* strings;
+  bool relative;  // ET_DYN: symbol values are offsets from the load address
+};
+
+constexpr int kMaxFiles = 64;
+SymbolFile g_files[kMaxFiles];
+int g_file_count = 0;
+
+bool load_symbols(SymbolFile& file, const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr));
+  void* map = ok ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (map == MAP_FAILED) return false;
+  file.data = static_cast<const char*>(map);
+  file.size = static_cast<size_t>(st.st_size);
+  auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(file.data);
+  if (memcmp(ehdr->e_ident, ELFMAG, SELFMAG) != 0 || ehdr->e_shoff == 0 ||
+      ehdr->e_shoff + size_t{ehdr->e_shnum} * sizeof(Elf64_Shdr) > file.size)
+    return false;
+  file.relative = ehdr->e_type == ET_DYN;
+  auto* sections = reinterpret_cast<const Elf64_Shdr*>(file.data + ehdr->e_shoff);
+  for (uint32_t wanted : {uint32_t{SHT_SYMTAB}, uint32_t{SHT_DYNSYM}}) {
+    for (int i = 0; i < ehdr->e_shnum; ++i) {
+      const Elf64_Shdr& sh = sections[i];
+      if (sh.sh_type != wanted || sh.sh_link >= ehdr->e_shnum) continue;
+      const Elf64_Shdr& strtab = sections[sh.sh_link];
+      if (sh.sh_offset + sh.sh_size > file.size || strtab.sh_offset + strtab.sh_size > file.size) continue;
+      file.symbols = reinterpret_cast<const Elf64_Sym*>(file.data + sh.sh_offset);
+      file.count = sh.sh_size / sizeof(Elf64_Sym);
+      file.strings = file.data + strtab.sh_offset;
+      return true;
+    }
+  }
+  return false;
+}
+
+const SymbolFile* file_for(const Dl_info& info) {
+  for (int i = 0; i < g_file_count; ++i) {
+    if (g_files[i].base == info.dli_fbase) return g_files[i].symbols != nullptr ? &g_files[i] : nullptr;
+  }
+  if (g_file_count == kMaxFiles) return nullptr;
+  SymbolFile& file = g_files[g_file_count++];
+  file = SymbolFile{};
+  file.base = info.dli_fbase;
+  const char* path = info.dli_fname;
+  // The main program's dli_fname may be empty or relative.
+  char exe[512];
+  if (path == nullptr || path[0] != '/') {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      path = exe;
+    }
+  }
+  if (path == nullptr || !load_symbols(file, path)) {
+    file.symbols = nullptr;
+    return nullptr;
+  }
+  return &file;
+}
+
+const char* base_name(const char* path) {
+  if (path == nullptr) return "?";
+  const char* slash = strrchr(path, '/');
+  return slash != nullptr ? slash + 1 : path;
+}
+
+}  // namespace
+
+const char* symbolize(const void* address, char* buf, size_t size) {
+  Dl_info info;
+  if (dladdr(address, &info) == 0) {
+    const report::Arg args[] = {address};
+    report::format(buf, size, "%p", args, 1);
+    return buf;
+  }
+  auto target = reinterpret_cast<uintptr_t>(address);
+  if (const SymbolFile* file = file_for(info)) {
+    uintptr_t bias = file->relative ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
+    const Elf64_Sym* best = nullptr;
+    for (size_t i = 0; i < file->count; ++i) {
+      const Elf64_Sym& sym = file->symbols[i];
+      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0) continue;
+      uintptr_t start = bias + sym.st_value;
+      if (target >= start && target < start + (sym.st_size != 0 ? sym.st_size : 1)) {
+        best = &sym;
+        break;
+      }
+    }
+    if (best != nullptr) {
+      const report::Arg args[] = {file->strings + best->st_name, target - (bias + best->st_value)};
+      report::format(buf, size, "%s+%x", args, 2);
+      return buf;
+    }
+  }
+  if (info.dli_sname != nullptr) {
+    const report::Arg args[] = {info.dli_sname, target - reinterpret_cast<uintptr_t>(info.dli_saddr)};
+    report::format(buf, size, "%s+%x", args, 2);
+    return buf;
+  }
+  const report::Arg args[] = {base_name(info.dli_fname), target - reinterpret_cast<uintptr_t>(info.dli_fbase)};
+  report::format(buf, size, "%s+%x", args, 2);
+  return buf;
+}
+
+bool is_xalloc_code(const void* address) {
+  Dl_info own;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<const void*>(&is_xalloc_code), &own) == 0 || dladdr(address, &info) == 0) return false;
+  // Linked statically, xalloc shares the executable: decide by name.
+  bool shared = own.dli_fname != nullptr && strstr(own.dli_fname, "libxalloc") != nullptr;
+  if (shared) return info.dli_fbase == own.dli_fbase;
+  char name[256];
+  symbolize(address, name, sizeof(name));
+  return strncmp(name, "_ZN6xalloc", 10) == 0;
+}
+
+}  // namespace xalloc

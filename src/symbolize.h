@@ -1,0 +1,22 @@
+// Names for code addresses, for heap profiles and leak reports.
+//
+// dladdr() only knows exported symbols, which leaves most functions of an
+// executable nameless; this reads each object's ELF symbol table (.symtab,
+// else .dynsym) from its file instead. Used when profiles are written,
+// never on allocation paths.
+#pragma once
+
+#include <cstddef>
+
+namespace xalloc {
+
+// Writes "function+0xoffset" (or "object+0xoffset", or the address) for
+// `address` into buf; returns buf. `demangled` is not attempted: pprof and
+// flame-graph tools demangle themselves.
+const char* symbolize(const void* address, char* buf, size_t size);
+
+// True if `address` is inside xalloc's own code (its frames are left out of
+// profiles).
+bool is_xalloc_code(const void* address);
+
+}  // namespace xalloc
