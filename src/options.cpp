@@ -27,6 +27,8 @@ const OptionSpec kSpecs[] = {
      "ms free memory stays resident before it is returned to the OS"},
     {"DIRTY_PERCENT", OptionType::kCount, &g_options.dirty_percent,
      "free memory kept resident for reuse, in percent of the memory in use"},
+    {"BACKGROUND_PURGE", OptionType::kBool, &g_options.background_purge,
+     "a thread returns free memory to the OS even while the program is idle"},
     {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse"},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,

@@ -14,6 +14,10 @@ struct Options {
   // Free memory left resident for reuse beyond this percentage of the
   // memory in use (and 4 MiB) is purged after a tenth of the delay.
   uint64_t dirty_percent = 12;
+  // A thread that purges on its own schedule, so memory freed before the
+  // whole process goes idle is returned too (off: purging rides on the
+  // allocator's slow paths).
+  bool background_purge = false;
   // Fully free segments kept mapped (purged) for reuse instead of unmapped.
   uint64_t retain_segments = 1;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.

@@ -172,6 +172,15 @@ void SpanAllocator::release(Page* span) {
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t budget = dirty_budget_bytes() >> kSliceShift;
+  // A burst of frees far beyond the budget (a phase of the program ended)
+  // is given back at once, largest spans first: no later allocation may
+  // come to trigger the delayed purge.
+  size_t hard_cap = budget * 2 > budget + kBurstSlices ? budget * 2 : budget + kBurstSlices;
+  if (dirty_free_slices_ > hard_cap) {
+    for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
+      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s);
+    }
+  }
   if (now >= next) {
     purge_locked(false, now);
   } else if (dirty_free_slices_ > budget) {

@@ -1,6 +1,8 @@
 #include "thread_registry.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include <atomic>
 
@@ -36,6 +38,38 @@ size_t g_heap_chunk_left = 0;
 
 // Set once this thread's heap has been torn down by its key destructor.
 __thread bool t_heap_torn_down = false;
+
+// XALLOC_BACKGROUND_PURGE: a thread that runs the purge on its own clock.
+std::atomic<bool> g_purger_running{false};
+
+void* purger_main(void*) {
+  pthread_setname_np(pthread_self(), "xalloc-purge");
+  for (;;) {
+    uint64_t period = g_options.purge_delay_ms / 10 > 5 ? g_options.purge_delay_ms / 10 : 5;
+    struct timespec pause = {static_cast<time_t>(period / 1000), static_cast<long>(period % 1000) * 1000000};
+    nanosleep(&pause, nullptr);
+    uint64_t now = os::monotonic_ms();
+    g_spans.maybe_purge(now);
+    huge_cache_maybe_purge(now);
+  }
+  return nullptr;
+}
+
+void start_purger() {
+  if (!g_options.background_purge || g_purger_running.exchange(true)) return;
+  // The purger must not take the program's signals.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  if (pthread_create(&thread, &attr, purger_main, nullptr) != 0) g_purger_running.store(false);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
 
 Heap* new_heap_locked() {
   constexpr size_t kHeapBytes = (sizeof(Heap) + 63) & ~size_t{63};
@@ -100,6 +134,9 @@ void fork_child() {
   g_spans.reset_after_fork_child();
   huge_cache_reset_after_fork_child();
   g_registry_lock.reset_after_fork();
+  // The purger thread does not exist in the child: start another.
+  g_purger_running.store(false);
+  start_purger();
   // Only the forking thread exists in the child. Other threads' heaps may
   // have been in the middle of an operation: they are never used again.
   // Frees of their blocks are accepted into their inboxes and not reused.
@@ -132,6 +169,7 @@ void process_init() {
   // allocator is ready by now.
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   prof::start();
+  start_purger();
 }
 
 Heap* thread_heap_acquire() {
