@@ -218,7 +218,28 @@ void heap_init(Heap* heap, uint64_t thread_id) {
   heap->sample_countdown = prof::first_countdown();
 }
 
+// Everything heap_alloc_slow does beyond the watched fast case; a separate
+// function so that that case needs no stack frame.
+XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct);
+
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
+  // Watched small allocations (statistics, profiler) come here every time:
+  // count, and take the block at once unless a sample is due.
+  if (from_direct) {
+    Page* page = heap->current[cls];
+    if (XALLOC_LIKELY(page->free != nullptr) && prof::watching()) {
+      int64_t left = heap->sample_countdown - static_cast<int64_t>(kClassInfo[cls].size);
+      if (XALLOC_LIKELY(left > 0)) {
+        heap->requests[cls]++;
+        heap->sample_countdown = left;
+        return slab_pop(page, page->free);
+      }
+    }
+  }
+  return heap_alloc_refill(heap, cls, from_direct);
+}
+
+void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
     if (emergency::active()) return emergency::alloc(kClassInfo[cls].size, 16);
     heap = thread_heap_acquire();

@@ -356,7 +356,7 @@ void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
   return maybe_sample(heap, size, alignment);
 }
 
-int64_t first_countdown() { return profiling() ? next_interval() : 0; }
+int64_t first_countdown() { return profiling() ? next_interval() : INT64_MAX; }
 
 void forget(void* block) {
   auto address = reinterpret_cast<uintptr_t>(block);

@@ -36,6 +36,19 @@ constexpr int kMapFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 }  // namespace
 
+#if defined(XALLOC_SANITIZED)
+// Sanitizers must see mappings come and go (ThreadSanitizer forgets the
+// history of unmapped memory; with raw system calls, a range unmapped by one
+// thread and mapped again by another looks like a race).
+void* map(size_t size, void* hint) {
+  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, kMapFlags, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void unmap(void* addr, size_t size) {
+  if (size != 0) munmap(addr, size);
+}
+#else
 void* map(size_t size, void* hint) {
   long ret = raw_syscall(SYS_mmap, reinterpret_cast<long>(hint), static_cast<long>(size), PROT_READ | PROT_WRITE,
                          kMapFlags, -1, 0);
@@ -45,6 +58,7 @@ void* map(size_t size, void* hint) {
 void unmap(void* addr, size_t size) {
   if (size != 0) raw_syscall(SYS_munmap, reinterpret_cast<long>(addr), static_cast<long>(size));
 }
+#endif
 
 void* map_aligned(size_t size, size_t alignment) {
   // Ask at the address where an aligned mapping would follow the last one,
