@@ -285,7 +285,10 @@ class Runner:
         if unknown:
             sys.exit(f"run.py: unknown contender(s): {', '.join(sorted(unknown))}; "
                      f"known: {', '.join(c.name for c in all_contenders)}")
-        self.contenders = [c for c in all_contenders if not wanted or c.name in wanted]
+        if wanted:
+            self.contenders = [c for c in all_contenders if c.name in wanted]
+        else:
+            self.contenders = [c for c in all_contenders if not c.optional]
         self.libs = {c.name: suite.resolve(c) for c in self.contenders}
 
         patterns = [p for p in (args.only or "").split(",") if p]
@@ -306,6 +309,7 @@ class Runner:
         """The run's environment; LD_PRELOAD is set by the launcher."""
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "XBENCH_EXPECT")}
         env.update(extra)
+        env.update(dict(c.env))
         env["XBENCH_EXPECT"] = c.expect
         return env
 

@@ -155,6 +155,8 @@ class Contender:
     patterns: tuple[str, ...]     # globs for the library to preload; () = no preload
     expect: str                   # substring of the object that must define malloc
     package: str = ""             # Debian package, for the report
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of its runs
+    optional: bool = False        # only when named with --alloc (xalloc variants)
 
 
 def contenders(build_dir: str) -> list[Contender]:
@@ -173,6 +175,17 @@ def contenders(build_dir: str) -> list[Contender]:
                   "libtbbmalloc_proxy", "libtbbmalloc2"),
         Contender("scudo", ("/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.scudo_standalone-x86_64.so",),
                   "scudo_standalone", "libclang-rt-14-dev"),
+        # xalloc's own variants, to measure what a feature costs (--alloc names them):
+        # the secure build, statistics and the heap profiler on, and a build of
+        # the fast path without misuse checks (cmake -DXALLOC_MISUSE_CHECKS=OFF
+        # into <build>-nochecks).
+        Contender("xalloc-secure", (f"{build}/libxalloc-secure.so", f"{build}/libxalloc-secure.so.*"),
+                  "libxalloc-secure", optional=True),
+        Contender("xalloc-stats", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_STATS", "1"),),
+                  optional=True),
+        Contender("xalloc-prof", (f"{build}/libxalloc.so",), "libxalloc",
+                  env=(("XALLOC_PROF", "1"), ("XALLOC_PROF_PREFIX", "/tmp/xbench-prof")), optional=True),
+        Contender("xalloc-nochecks", (f"{build}-nochecks/libxalloc.so",), "libxalloc", optional=True),
     ]
 
 
