@@ -1,0 +1,118 @@
+// calloc returns zeroed memory, also when it reuses blocks that were
+// dirtied and freed (small, large and huge).
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "test_util.h"
+#include "xalloc/xalloc.h"
+
+namespace {
+
+// Allocates `count` blocks of `size`, dirties them, frees them, then callocs
+// the same number again and checks every byte. Returns how many of the
+// calloc'd blocks reused an address (for the record: reuse is what makes
+// the test meaningful).
+size_t dirty_free_calloc(size_t size, size_t count) {
+  std::vector<void*> blocks;
+  for (size_t i = 0; i < count; ++i) {
+    void* p = xalloc_malloc(size);
+    EXPECT_NE(p, nullptr);
+    if (p == nullptr) return 0;
+    std::memset(p, 0xA5, xalloc_usable_size(p));
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) xalloc_free(p);
+  size_t reused = 0;
+  std::vector<void*> zeroed;
+  for (size_t i = 0; i < count; ++i) {
+    void* p = (i % 2 == 0) ? xalloc_calloc(1, size) : xalloc_calloc(size, 1);
+    EXPECT_NE(p, nullptr);
+    if (p == nullptr) break;
+    for (void* old : blocks) reused += old == p;
+    EXPECT_TRUE(xtest::all_zero(p, size)) << "calloc(" << size << ") returned dirty memory at " << p;
+    zeroed.push_back(p);
+  }
+  for (void* p : zeroed) xalloc_free(p);
+  return reused;
+}
+
+}  // namespace
+
+TEST(Calloc, SmallBlocksAreZeroedOnReuse) {
+  for (size_t size = 1; size <= 1024; size += (size < 160 ? 1 : 37)) {
+    size_t reused = dirty_free_calloc(size, 64);
+    EXPECT_GT(reused, 0u) << "size " << size << ": nothing was reused, the test proves nothing";
+  }
+  for (size_t size : {size_t{1500}, size_t{4096}, size_t{10000}, size_t{40000}, size_t{65536}}) {
+    EXPECT_GT(dirty_free_calloc(size, 16), 0u) << size;
+  }
+}
+
+TEST(Calloc, LargeBlocksAreZeroedOnReuse) {
+  for (size_t size : {size_t{65537}, size_t{100000}, size_t{1} << 20, size_t{5000000}, size_t{16} << 20}) {
+    EXPECT_GT(dirty_free_calloc(size, 4), 0u) << size;
+  }
+}
+
+TEST(Calloc, HugeBlocksAreZeroedOnReuse) {
+  for (size_t size : {(size_t{16} << 20) + 1, size_t{20} << 20, size_t{48} << 20}) {
+    EXPECT_GT(dirty_free_calloc(size, 2), 0u) << size;
+  }
+}
+
+TEST(Calloc, ReuseAfterRealloc) {
+  // Memory dirtied through realloc (grown in place or moved) comes back zeroed.
+  for (int round = 0; round < 3; ++round) {
+    void* p = xalloc_malloc(70000);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0xCC, 70000);
+    p = xalloc_realloc(p, 900000);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0xCD, 900000);
+    p = xalloc_realloc(p, 200000);
+    ASSERT_NE(p, nullptr);
+    xalloc_free(p);
+    void* z = xalloc_calloc(900000, 1);
+    ASSERT_NE(z, nullptr);
+    EXPECT_TRUE(xtest::all_zero(z, 900000));
+    xalloc_free(z);
+  }
+}
+
+TEST(Calloc, ArrayForms) {
+  auto* a = static_cast<uint64_t*>(xalloc_calloc(1000, sizeof(uint64_t)));
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(a[i], 0u);
+  xalloc_free(a);
+  void* z = xalloc_calloc(0, 100);
+  ASSERT_NE(z, nullptr);  // like malloc(0): a unique pointer
+  xalloc_free(z);
+  z = xalloc_calloc(100, 0);
+  ASSERT_NE(z, nullptr);
+  xalloc_free(z);
+}
+
+TEST(Calloc, MixedWithMallocInSameClass) {
+  // Interleave malloc (dirtied) and calloc of the same class many times.
+  std::vector<void*> dirty;
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 3 == 2 && !dirty.empty()) {
+      xalloc_free(dirty.back());
+      dirty.pop_back();
+      void* z = xalloc_calloc(1, 200);
+      ASSERT_NE(z, nullptr);
+      ASSERT_TRUE(xtest::all_zero(z, 200)) << "iteration " << i;
+      std::memset(z, 0x77, 200);
+      dirty.push_back(z);
+    } else {
+      void* p = xalloc_malloc(200);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x66, 200);
+      dirty.push_back(p);
+    }
+  }
+  for (void* p : dirty) xalloc_free(p);
+}

@@ -1,0 +1,252 @@
+// Heap misuse reports: each runs in a forked child, which must die of
+// SIGABRT after printing the exact report line (with the exact address).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+#include "test_util.h"
+#include "xalloc/xalloc.h"
+
+using xtest::hex_ptr;
+using xtest::run_in_child;
+
+namespace {
+
+::testing::AssertionResult aborted_with_line(const xtest::ChildResult& r, const std::string& line) {
+  if (!(r.signaled() && r.signal() == SIGABRT))
+    return ::testing::AssertionFailure() << "expected death by SIGABRT; child " << r.describe();
+  if (!xtest::has_line(r.err, line))
+    return ::testing::AssertionFailure() << "expected the line\n  " << line << "\nin stderr:\n" << r.err;
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult aborted_with_prefix(const xtest::ChildResult& r, const std::string& prefix) {
+  if (!(r.signaled() && r.signal() == SIGABRT))
+    return ::testing::AssertionFailure() << "expected death by SIGABRT; child " << r.describe();
+  if (!xtest::has_line_starting(r.err, prefix))
+    return ::testing::AssertionFailure() << "expected a line starting\n  " << prefix << "\nin stderr:\n" << r.err;
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+
+TEST(Misuse, DoubleFreeIsReportedWithClass) {
+  // The block is allocated before the fork, so the address is known here.
+  void* keep = xalloc_malloc(48);
+  void* p = xalloc_malloc(48);
+  ASSERT_NE(p, nullptr);
+  auto r = run_in_child([p] {
+    xalloc_free(p);
+    xalloc_free(p);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+TEST(Misuse, DoubleFreeOfOtherClasses) {
+  for (size_t size : {size_t{1}, size_t{100}, size_t{1000}, size_t{20000}}) {
+    void* keep = xalloc_malloc(size);
+    void* p = xalloc_malloc(size);
+    size_t cls = xalloc_usable_size(p);
+    auto r = run_in_child([p] {
+      xalloc_free(p);
+      xalloc_free(p);
+      return 0;
+    });
+    EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (" + std::to_string(cls) +
+                                         "-byte class) in free()"))
+        << "size " << size;
+    xalloc_free(p);
+    xalloc_free(keep);
+  }
+}
+
+TEST(Misuse, DoubleFreeAfterOtherBlocksWereFreed) {
+  // The block is no longer at the head of its free list.
+  void* blocks[8];
+  for (void*& b : blocks) b = xalloc_malloc(48);
+  void* victim = blocks[3];
+  auto r = run_in_child([&blocks, victim] {
+    xalloc_free(victim);
+    for (int i = 4; i < 8; ++i) xalloc_free(blocks[i]);
+    xalloc_free(victim);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(victim) + " (48-byte class) in free()"));
+  for (void* b : blocks) xalloc_free(b);
+}
+
+TEST(Misuse, DoubleFreeAcrossThreads) {
+  // First free from another thread (a remote free), second from the owner.
+  void* keep = xalloc_malloc(48);
+  void* p = xalloc_malloc(48);
+  auto r = run_in_child([p] {
+    std::thread t([p] { xalloc_free(p); });
+    t.join();
+    xalloc_free(p);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+TEST(Misuse, DoubleFreeOfLargeBlockAborts) {
+  void* keep = xalloc_malloc(200000);
+  void* p = xalloc_malloc(200000);
+  ASSERT_NE(p, nullptr);
+  auto r = run_in_child([p] {
+    xalloc_free(p);
+    xalloc_free(p);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_prefix(r, "xalloc: ")) << "double free of a large block";
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+// Regression test (tests/KNOWN_BUGS.md #1): a huge block freed twice used to
+// be put in the huge cache twice, unreported; the cache list became circular
+// and the next huge malloc spun forever.
+TEST(Misuse, DoubleFreeOfHugeBlockAborts) {
+  void* p = xalloc_malloc(size_t{20} << 20);
+  ASSERT_NE(p, nullptr);
+  auto r = run_in_child(
+      [p] {
+        xalloc_free(p);
+        xalloc_free(p);
+        // If the second free was accepted, this is where it shows.
+        void* a = xalloc_malloc(size_t{20} << 20);
+        void* b = xalloc_malloc(size_t{20} << 20);
+        return a == b ? 3 : 0;
+      },
+      5);
+  EXPECT_TRUE(aborted_with_prefix(r, "xalloc: ")) << "double free of a 20 MiB block";
+  xalloc_free(p);
+}
+
+TEST(Misuse, InteriorPointerOfSmallBlock) {
+  void* keep = xalloc_malloc(48);
+  auto* p = static_cast<char*>(xalloc_malloc(48));
+  for (size_t offset : {size_t{16}, size_t{8}, size_t{1}, size_t{47}}) {
+    void* inner = p + offset;
+    auto r = run_in_child([inner] {
+      xalloc_free(inner);
+      return 0;
+    });
+    EXPECT_TRUE(aborted_with_prefix(r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner)))
+        << "offset " << offset;
+    EXPECT_TRUE(aborted_with_line(
+        r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner) + " (48-byte class) in free()"));
+  }
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+TEST(Misuse, InteriorPointerOfLargeBlock) {
+  auto* p = static_cast<char*>(xalloc_malloc(300000));
+  for (size_t offset : {size_t{16}, size_t{4096}, size_t{70000}, size_t{299999}}) {
+    void* inner = p + offset;
+    auto r = run_in_child([inner] {
+      xalloc_free(inner);
+      return 0;
+    });
+    EXPECT_TRUE(aborted_with_prefix(r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner)))
+        << "offset " << offset;
+  }
+  xalloc_free(p);
+}
+
+static void expect_interior_free_reported(char* p, size_t offset) {
+  void* inner = p + offset;
+  auto r = run_in_child([inner] {
+    xalloc_free(inner);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_prefix(r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner)))
+      << "offset " << offset << " into a huge block";
+}
+
+TEST(Misuse, InteriorPointerOfHugeBlock) {
+  // Inside the first 32 MiB of the block's mapping.
+  auto* p = static_cast<char*>(xalloc_malloc(size_t{80} << 20));
+  ASSERT_NE(p, nullptr);
+  for (size_t offset : {size_t{16}, size_t{1} << 20, size_t{20} << 20}) expect_interior_free_reported(p, offset);
+  xalloc_free(p);
+}
+
+// Regression test (tests/KNOWN_BUGS.md #2): beyond the first 32 MiB of a huge
+// mapping the report used to say "invalid free (pointer inside a block)".
+TEST(Misuse, InteriorPointerFarIntoHugeBlock) {
+  const size_t size = size_t{80} << 20;
+  auto* p = static_cast<char*>(xalloc_malloc(size));
+  ASSERT_NE(p, nullptr);
+  for (size_t offset : {size_t{40} << 20, size - 16}) expect_interior_free_reported(p, offset);
+  xalloc_free(p);
+}
+
+TEST(Misuse, FreeOfStackAddress) {
+  auto r = run_in_child([] {
+    volatile int local = 1;
+    void* addr = const_cast<int*>(&local);
+    std::string line = "xalloc: invalid free (pointer not allocated by xalloc) of " + hex_ptr(addr) + " in free()";
+    // Tell the parent which line to expect (it cannot know the child's stack).
+    std::fprintf(stderr, "expect: %s\n", line.c_str());
+    std::fflush(stderr);
+    xalloc_free(addr);
+    return 0;
+  });
+  ASSERT_TRUE(r.signaled() && r.signal() == SIGABRT) << r.describe();
+  std::string expected;
+  for (const std::string& l : xtest::split_lines(r.err)) {
+    if (l.rfind("expect: ", 0) == 0) expected = l.substr(8);
+  }
+  ASSERT_FALSE(expected.empty());
+  EXPECT_TRUE(xtest::has_line(r.err, expected)) << "expected\n  " << expected << "\nin\n" << r.err;
+}
+
+TEST(Misuse, FreeOfForeignHeapAndStaticPointers) {
+  static int in_data = 0;
+  void* system_block = std::malloc(64);  // the system allocator's
+  for (void* addr : {static_cast<void*>(&in_data), system_block}) {
+    auto r = run_in_child([addr] {
+      xalloc_free(addr);
+      return 0;
+    });
+    EXPECT_TRUE(
+        aborted_with_line(r, "xalloc: invalid free (pointer not allocated by xalloc) of " + hex_ptr(addr) + " in free()"));
+  }
+  std::free(system_block);
+}
+
+TEST(Misuse, ReportedByFreeSizedToo) {
+  void* keep = xalloc_malloc(48);
+  void* p = xalloc_malloc(48);
+  auto r = run_in_child([p] {
+    xalloc_free_sized(p, 48);
+    xalloc_free_sized(p, 48);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free_sized()"));
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+TEST(Misuse, CorrectUseDoesNotAbort) {
+  // The same sequences without the mistake exit normally (the checks above
+  // are not just catching every child).
+  auto r = run_in_child([] {
+    void* p = xalloc_malloc(48);
+    void* q = xalloc_malloc(300000);
+    std::thread t([p] { xalloc_free(p); });
+    t.join();
+    xalloc_free(q);
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_EQ(r.err, "");
+}

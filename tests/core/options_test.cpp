@@ -1,0 +1,133 @@
+// Run-time options (XALLOC_* environment variables, read once at start-up):
+// each test re-runs itself in a fresh process with the variable set.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "xalloc/xalloc.h"
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// In the parent: re-runs this test with `env` and returns the child's
+// result. In the child: runs `body` and exits with its result.
+xtest::ChildResult fresh_with_env(const std::vector<std::pair<std::string, std::string>>& env,
+                                  const std::function<int()>& body) {
+  if (xtest::in_fresh_process()) xtest::finish_fresh_process(body());
+  return xtest::run_test_in_fresh_process(xtest::current_test_name(), 60, env);
+}
+
+xalloc_stats_t stats() {
+  xalloc_stats_t s;
+  xalloc_get_stats(&s);
+  return s;
+}
+
+}  // namespace
+
+TEST(Options, UnknownOptionIsReported) {
+  auto r = fresh_with_env({{"XALLOC_NO_SUCH_OPTION", "1"}}, [] {
+    xalloc_free(xalloc_malloc(10));
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_TRUE(xtest::has_line(r.err, "xalloc: warning: unknown option XALLOC_NO_SUCH_OPTION=1 ignored")) << r.err;
+}
+
+TEST(Options, BadValueIsReported) {
+  auto r = fresh_with_env({{"XALLOC_PURGE_DELAY_MS", "soon"}}, [] {
+    xalloc_free(xalloc_malloc(10));
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_TRUE(xtest::has_line(r.err, "xalloc: warning: bad value in XALLOC_PURGE_DELAY_MS=soon ignored")) << r.err;
+}
+
+TEST(Options, VerbosePrintsTheConfiguration) {
+  auto r = fresh_with_env({{"XALLOC_VERBOSE", "1"}, {"XALLOC_HUGE_CACHE", "64MiB"}}, [] {
+    xalloc_free(xalloc_malloc(10));
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_TRUE(xtest::has_line_starting(r.err, "xalloc: option XALLOC_HUGE_CACHE=67108864 ")) << r.err;
+  EXPECT_TRUE(xtest::has_line_starting(r.err, "xalloc: option XALLOC_PURGE_DELAY_MS=")) << r.err;
+}
+
+TEST(Options, StatsAtExit) {
+  auto r = fresh_with_env({{"XALLOC_STATS", "1"}}, [] {
+    xalloc_free(xalloc_malloc(10));
+    std::exit(0);  // destructors run: the statistics are printed
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_TRUE(xtest::has_line_starting(r.err, "xalloc: stats: mapped ")) << r.err;
+}
+
+namespace {
+
+// Bodies shared by the tests below. `small_first`: make a small allocation
+// (which initialises the allocator) before anything else.
+int huge_cache_zero_body(bool small_first) {
+  if (small_first) xalloc_free(xalloc_malloc(16));
+  void* p = xalloc_malloc(40 * kMiB);
+  if (p == nullptr) return 2;
+  size_t mapped = stats().mapped;
+  xalloc_free(p);
+  size_t after = stats().mapped;
+  std::fprintf(stderr, "mapped %zu -> %zu MiB\n", mapped >> 20, after >> 20);
+  return after + 40 * kMiB <= mapped ? 0 : 3;
+}
+
+int zero_purge_delay_body(bool small_first) {
+  if (small_first) xalloc_free(xalloc_malloc(16));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) {
+    void* p = xalloc_malloc(kMiB);
+    xtest::touch_pages(p, kMiB, 1);
+    blocks.push_back(p);
+  }
+  size_t committed = stats().committed;
+  for (void* p : blocks) xalloc_free(p);
+  // Purging happens on the allocator's slow paths, at most every 10 ms.
+  usleep(50 * 1000);
+  xalloc_free(xalloc_malloc(kMiB));
+  size_t after = stats().committed;
+  std::fprintf(stderr, "committed %zu -> %zu KiB\n", committed >> 10, after >> 10);
+  return after + 48 * kMiB <= committed ? 0 : 3;
+}
+
+}  // namespace
+
+TEST(Options, HugeCacheZeroUnmapsAtOnce) {
+  auto r = fresh_with_env({{"XALLOC_HUGE_CACHE", "0"}}, [] { return huge_cache_zero_body(true); });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "a freed huge block stayed mapped; " << r.describe();
+}
+
+TEST(Options, ZeroPurgeDelayReturnsMemoryWithoutTrim) {
+  auto r = fresh_with_env({{"XALLOC_PURGE_DELAY_MS", "0"}}, [] { return zero_purge_delay_body(true); });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
+
+// Regression test (tests/KNOWN_BUGS.md #6): the environment used to be read
+// only when the first thread heap was created, so large and huge
+// allocations before that ran with the default options.
+TEST(Options, AppliedFromTheFirstAllocation) {
+  auto r = fresh_with_env({{"XALLOC_HUGE_CACHE", "0"}}, [] { return huge_cache_zero_body(false); });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "XALLOC_HUGE_CACHE=0 ignored; " << r.describe();
+}
+
+TEST(Options, AbortOnInvalidFreeCanBeTurnedOff) {
+  auto r = fresh_with_env({{"XALLOC_ABORT_ON_INVALID_FREE", "0"}}, [] {
+    int local = 0;
+    xalloc_free(xalloc_malloc(10));
+    xalloc_free(&local);  // ignored
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_EQ(r.err, "");
+}

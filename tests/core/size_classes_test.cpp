@@ -1,0 +1,158 @@
+// Size classes: the constexpr tables of src/size_classes.h, and what the
+// allocator really hands out for every request size up to 64 KiB.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <vector>
+
+#include "config.h"
+#include "size_classes.h"
+#include "test_util.h"
+#include "xalloc/xalloc.h"
+
+using namespace xalloc;
+
+namespace {
+
+// The smallest class that holds `size` bytes, by linear search: the reference
+// class_of must agree with.
+unsigned reference_class(size_t size) {
+  if (size == 0) size = 1;
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    if (class_size_of(c) >= size) return c;
+  }
+  return kNumClasses;
+}
+
+}  // namespace
+
+TEST(SizeClasses, FineClassesAre16ByteStepsUpTo128) {
+  for (unsigned c = 0; c < kFineClasses; ++c) EXPECT_EQ(class_size_of(c), (c + 1) * 16u) << "class " << c;
+  EXPECT_EQ(class_size_of(kFineClasses - 1), 128u);
+}
+
+TEST(SizeClasses, FourClassesPerPowerOfTwoUpTo64KiB) {
+  // Above 128: between 2^k (exclusive) and 2^(k+1) (inclusive) there are
+  // exactly four classes, evenly spaced by 2^(k-2).
+  for (unsigned k = 7; k < 16; ++k) {
+    size_t lo = size_t{1} << k, hi = size_t{1} << (k + 1);
+    std::vector<size_t> in_range;
+    for (unsigned c = 0; c < kNumClasses; ++c) {
+      if (class_size_of(c) > lo && class_size_of(c) <= hi) in_range.push_back(class_size_of(c));
+    }
+    ASSERT_EQ(in_range.size(), 4u) << "classes in (" << lo << ", " << hi << "]";
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(in_range[i], lo + (i + 1) * (lo / 4));
+  }
+  EXPECT_EQ(class_size_of(kNumClasses - 1), 64u * 1024);
+  EXPECT_EQ(kNumClasses, 8u + 9u * 4u);
+}
+
+TEST(SizeClasses, SizesStrictlyIncreaseAndAreMultiplesOf16) {
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    EXPECT_EQ(class_size_of(c) % 16, 0u) << "class " << c;
+    if (c > 0) {
+      EXPECT_GT(class_size_of(c), class_size_of(c - 1)) << "class " << c;
+    }
+  }
+}
+
+TEST(SizeClasses, ClassOfIsTheSmallestFittingClassAndMonotonic) {
+  unsigned previous = 0;
+  for (size_t size = 1; size <= kMaxSlabSize; ++size) {
+    unsigned c = class_of(size);
+    ASSERT_LT(c, kNumClasses) << "size " << size;
+    ASSERT_EQ(c, reference_class(size)) << "size " << size;
+    ASSERT_GE(class_size_of(c), size) << "size " << size;
+    if (c > 0) {
+      ASSERT_LT(class_size_of(c - 1), size) << "size " << size << " fits a smaller class";
+    }
+    ASSERT_GE(c, previous) << "class_of not monotonic at " << size;
+    previous = c;
+  }
+  EXPECT_EQ(class_of(0), 0u);
+}
+
+TEST(SizeClasses, WasteBounds) {
+  for (size_t size = 1; size <= kMaxSlabSize; ++size) {
+    size_t block = class_size_of(class_of(size));
+    size_t waste = block - size;
+    if (size <= 128) {
+      ASSERT_LT(waste, 16u) << "size " << size;
+    } else {
+      // Below 20% of the block (2^k + 1 bytes get 2^k + 2^(k-2)).
+      ASSERT_LT(waste * 5, block) << "size " << size << " gets " << block;
+    }
+  }
+}
+
+TEST(SizeClasses, GranuleTableMatchesClassOf) {
+  for (size_t g = 0; g < kDirectSlots; ++g) {
+    size_t size = g * 16;
+    EXPECT_EQ(kGranuleClass[g], class_of(size)) << "granule " << g;
+    // Every size that maps to this granule fits the granule's class.
+    if (g > 0) {
+      EXPECT_GE(class_size_of(kGranuleClass[g]), size);
+    }
+  }
+  for (size_t size = 0; size <= kMaxSmallSize; ++size)
+    ASSERT_EQ(kGranuleClass[granule_of(size)], class_of(size)) << "size " << size;
+}
+
+TEST(SizeClasses, ClassInfoTable) {
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    const ClassInfo& info = kClassInfo[c];
+    EXPECT_EQ(info.size, class_size_of(c));
+    EXPECT_GE(info.capacity, 8u) << "class " << c;
+    EXPECT_LE(size_t{info.capacity} * info.size, size_t{info.slices} * kSliceSize);
+    // The tail no block fits in is smaller than a block.
+    EXPECT_LT(size_t{info.slices} * kSliceSize - size_t{info.capacity} * info.size, size_t{info.size});
+    // div_magic: offset is a multiple of the size exactly when offset*magic < magic.
+    for (uint64_t off : {uint64_t{0}, uint64_t{info.size}, uint64_t{info.size} * 3, uint64_t{info.size} * info.capacity})
+      EXPECT_LT(off * info.div_magic, info.div_magic) << "class " << c << " offset " << off;
+    for (uint64_t off : {uint64_t{1}, uint64_t{8}, uint64_t{info.size} - 1, uint64_t{info.size} + 8})
+      EXPECT_GE(off * info.div_magic, info.div_magic) << "class " << c << " offset " << off;
+  }
+}
+
+TEST(SizeClasses, AlignedClassOfGivesAnAlignedFittingClass) {
+  for (size_t alignment = 1; alignment <= kMaxSlabAlignment; alignment <<= 1) {
+    for (size_t size = 1; size <= kMaxSlabSize; size += (size < 512 ? 1 : 61)) {
+      unsigned c = aligned_class_of(size, alignment);
+      ASSERT_LT(c, kNumClasses) << "size " << size << " alignment " << alignment;
+      size_t block = class_size_of(c);
+      ASSERT_GE(block, size);
+      ASSERT_EQ(block % alignment, 0u) << "size " << size << " alignment " << alignment;
+      // And it is the smallest such class.
+      for (unsigned d = 0; d < c; ++d) {
+        ASSERT_FALSE(class_size_of(d) >= size && class_size_of(d) % alignment == 0)
+            << "class " << d << " would do for size " << size << " alignment " << alignment;
+      }
+    }
+  }
+}
+
+TEST(SizeClasses, AllocatorUsesTheClassSizeAsUsableSize) {
+  // For every request up to 64 KiB the block's usable size is its class size.
+  std::vector<void*> keep;
+  for (size_t size = 1; size <= kMaxSlabSize; size += (size < 4096 ? 1 : 7)) {
+    void* p = xalloc_malloc(size);
+    ASSERT_NE(p, nullptr) << "size " << size;
+    ASSERT_EQ(xalloc_usable_size(p), class_size_of(class_of(size))) << "size " << size;
+    ASSERT_TRUE(xtest::is_aligned(p, 16)) << "size " << size;
+    // Blocks are aligned to the largest power of two dividing their class.
+    size_t block = class_size_of(class_of(size));
+    size_t natural = block & (~block + 1);
+    ASSERT_TRUE(xtest::is_aligned(p, natural)) << "size " << size << " block " << block;
+    static_cast<uint8_t*>(p)[size - 1] = 1;
+    if (size % 97 == 0) keep.push_back(p);
+    else xalloc_free(p);
+  }
+  for (void* p : keep) xalloc_free(p);
+}
+
+TEST(SizeClasses, UsableSizeOfMalloc0) {
+  void* p = xalloc_malloc(0);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(xalloc_usable_size(p), 16u);
+  xalloc_free(p);
+}
