@@ -311,7 +311,7 @@ void init_flags() {
 }
 
 void start() {
-  if (!g_options.prof && !g_options.leaks) return;
+  if ((!g_options.prof && !g_options.leaks) || profiling()) return;
   t_in_sampler = true;  // what loading the unwinder allocates is not sampled
   g_stacks = static_cast<Stack*>(os::map(kMaxStacks * sizeof(Stack)));
   g_stack_index = static_cast<uint32_t*>(os::map(kStackIndexSlots * sizeof(uint32_t)));

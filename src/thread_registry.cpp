@@ -23,6 +23,9 @@ namespace {
 enum class InitState : int { kNone = 0, kRunning = 1, kDone = 2 };
 
 std::atomic<InitState> g_init_state{InitState::kNone};
+std::atomic<uint64_t> g_init_pid{0};
+__thread bool t_initializing = false;
+bool g_fork_handlers_registered = false;
 pthread_key_t g_heap_key;
 bool g_have_heap_key = false;
 
@@ -151,25 +154,42 @@ void fork_child() {
 std::atomic<bool> g_process_ready{false};
 
 void process_init() {
-  InitState expected = InitState::kNone;
-  if (!g_init_state.compare_exchange_strong(expected, InitState::kRunning, std::memory_order_acquire)) {
+  // The initialising thread's own allocations (glibc allocates in
+  // pthread_atfork, dlopen in the profiler's start) go through.
+  if (t_initializing) return;
+  for (;;) {
+    InitState expected = InitState::kNone;
+    if (g_init_state.compare_exchange_strong(expected, InitState::kRunning, std::memory_order_acquire)) break;
+    if (expected == InitState::kDone) return;
     // Another thread is initialising: wait for it (this is before main in
-    // practice, so the wait is short).
-    while (g_init_state.load(std::memory_order_acquire) != InitState::kDone) __builtin_ia32_pause();
-    return;
+    // practice, so the wait is short) - unless this is the child of a fork
+    // that happened meanwhile, where that thread does not exist: start over.
+    if (g_init_pid.load(std::memory_order_relaxed) != os::process_id()) {
+      g_init_state.store(InitState::kNone, std::memory_order_relaxed);
+      continue;
+    }
+    __builtin_ia32_pause();
   }
+  g_init_pid.store(os::process_id(), std::memory_order_relaxed);
+  t_initializing = true;
   options_init();
   secure::init_secret();
   prof::init_flags();
-  g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
-  if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
-  g_init_state.store(InitState::kDone, std::memory_order_release);
-  g_process_ready.store(true, std::memory_order_release);
-  // May allocate (glibc keeps its fork handlers in a growing array); the
-  // allocator is ready by now.
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (!g_have_heap_key) {
+    g_have_heap_key = pthread_key_create(&g_heap_key, thread_heap_teardown) == 0;
+    if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
+  }
+  // Registered before anyone may take the allocator's locks, so no fork can
+  // copy a held lock into a child without the handlers that reset it.
+  if (!g_fork_handlers_registered) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    g_fork_handlers_registered = true;
+  }
   prof::start();
   start_purger();
+  t_initializing = false;
+  g_init_state.store(InitState::kDone, std::memory_order_release);
+  g_process_ready.store(true, std::memory_order_release);
 }
 
 Heap* thread_heap_acquire() {

@@ -35,6 +35,7 @@ void futex_wait(const volatile uint32_t* word, uint32_t expected);
 void futex_wake_one(const volatile uint32_t* word);
 
 uint64_t thread_id();
+uint64_t process_id();
 uint64_t monotonic_ms();
 uint64_t monotonic_ns();
 

@@ -121,6 +121,7 @@ void futex_wake_one(const volatile uint32_t* word) {
 }
 
 uint64_t thread_id() { return static_cast<uint64_t>(raw_syscall(SYS_gettid)); }
+uint64_t process_id() { return static_cast<uint64_t>(raw_syscall(SYS_getpid)); }
 
 uint64_t monotonic_ns() {
   // clock_gettime is served by the vDSO: no system call, no allocation.
