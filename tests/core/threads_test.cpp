@@ -284,17 +284,11 @@ void concurrent_large_and_huge_blocks() {
   EXPECT_EQ(bad.load(), 0u);
 }
 
+// Regression test (tests/KNOWN_BUGS.md #9): under ThreadSanitizer, a huge
+// mapping unmapped by one thread and mapped again by another used to look
+// like a race (the mappings were made with raw system calls it cannot see).
 TEST(Threads, ConcurrentLargeAndHugeBlocks) {
-  // Under ThreadSanitizer see DISABLED_ConcurrentLargeAndHugeBlocksUnderTsan.
-  if (xtest::kThreadSanitizer) GTEST_SKIP() << "tests/KNOWN_BUGS.md #9";
-  concurrent_large_and_huge_blocks();
-}
-
-// KNOWN BUG (tests/KNOWN_BUGS.md #9), ThreadSanitizer builds only, flaky
-// (about 1 run in 4): TSan reports a race on a huge segment's header
-// (src/large.cpp huge_alloc, segment->huge_purged = 0) between two threads.
-TEST(Threads, DISABLED_ConcurrentLargeAndHugeBlocksUnderTsan) {
-  for (int i = 0; i < 4; ++i) concurrent_large_and_huge_blocks();
+  for (int i = 0; i < (xtest::kThreadSanitizer ? 4 : 1); ++i) concurrent_large_and_huge_blocks();
 }
 
 TEST(Threads, RemoteFreesAreCounted) {
