@@ -61,7 +61,7 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
   heap = thread_heap_for_free();
   if (heap == nullptr) {
     set_remote_next(block, nullptr);
-    inbox_push(owner, block, block, page->block_size());  // this thread is exiting: no buffering
+    inbox_push(owner, 0, block, block, page->block_size());  // this thread is exiting: no buffering
     return;
   }
   if (secure::kEnabled) return quarantine_free(heap, page, block);

@@ -261,7 +261,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   }
   if ((++heap->slow_calls & 15) == 0) heap_periodic(heap);
 
-  if (heap->inbox.load(std::memory_order_relaxed) != nullptr) {
+  if (inbox_pending(heap)) {
     heap_drain_inbox(heap);
     if (page->free != nullptr) return slab_pop(page, page->free);
   }
@@ -313,17 +313,35 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
   }
 }
 
+namespace {
+
+XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
+  auto address = reinterpret_cast<uintptr_t>(block);
+  Page* page = page_of(segment_of(address), address);
+  XALLOC_CHECK(page->owner == heap);
+  slab_push(page, block);
+  if (--page->needed == 0) heap_on_needed_zero(heap, page);
+}
+
+}  // namespace
+
 void heap_drain_inbox(Heap* heap) {
   heap->inbox_bytes.store(0, std::memory_order_relaxed);
-  FreeBlock* block = heap->inbox.exchange(nullptr, std::memory_order_acquire);
-  while (block != nullptr) {
-    FreeBlock* next = remote_next(block);
-    auto address = reinterpret_cast<uintptr_t>(block);
-    Page* page = page_of(segment_of(address), address);
-    XALLOC_CHECK(page->owner == heap);
-    slab_push(page, block);
-    if (--page->needed == 0) heap_on_needed_zero(heap, page);
-    block = next;
+  FreeBlock* lists[kLanes];
+  size_t active = 0;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acquire);
+    if (lists[lane] != nullptr) ++active;
+  }
+  // The lanes side by side: their next blocks are loaded independently.
+  while (active != 0) {
+    for (FreeBlock*& list : lists) {
+      FreeBlock* block = list;
+      if (block == nullptr) continue;
+      list = remote_next(block);
+      if (list == nullptr) --active;
+      return_block(heap, block);
+    }
   }
 }
 

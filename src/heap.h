@@ -64,7 +64,7 @@ struct alignas(64) Heap {
   std::atomic<size_t> remote_frees_sent;  // outbox.blocks, published on slow paths for statistics
 
   // Frees from other threads; written by them, so on its own cache line.
-  alignas(64) std::atomic<FreeBlock*> inbox;
+  alignas(64) std::atomic<FreeBlock*> inbox[kLanes];
   // Bytes pushed since the last drain. A heap drains when one of its slabs
   // runs dry, which may never happen to a thread that allocates what it
   // frees itself while others free its older blocks; past
@@ -83,7 +83,7 @@ constexpr Heap::Heap(EmptyTag)
       quarantine{}, quarantine_next(0),
 #endif
       thread_id(0), slow_calls(0), state(HeapState::kActive),
-      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox(nullptr), inbox_bytes(0),
+      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
       drain_requested(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;
@@ -110,6 +110,13 @@ void heap_on_needed_zero(Heap* heap, Page* page);
 // A zeroed block of class `cls`: blocks carved from memory fresh from the
 // OS are already zero but for the free-list words carving wrote.
 void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
+
+// True when other threads have sent blocks that are not drained yet.
+inline bool inbox_pending(const Heap* heap) {
+  for (const std::atomic<FreeBlock*>& lane : heap->inbox)
+    if (lane.load(std::memory_order_relaxed) != nullptr) return true;
+  return false;
+}
 
 // Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);

@@ -7,10 +7,14 @@ namespace xalloc {
 namespace {
 
 void send_slot(Outbox& outbox, size_t slot) {
-  if (outbox.head[slot] != nullptr)
-    inbox_push(outbox.dest[slot], outbox.head[slot], outbox.tail[slot], outbox.slot_bytes[slot]);
-  outbox.head[slot] = outbox.tail[slot] = nullptr;
-  outbox.slot_bytes[slot] = 0;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    if (outbox.head[slot][lane] == nullptr) continue;
+    // The slot's bytes count once, with its first lane.
+    inbox_push(outbox.dest[slot], lane, outbox.head[slot][lane], outbox.tail[slot][lane], outbox.slot_bytes[slot]);
+    outbox.slot_bytes[slot] = 0;
+    outbox.head[slot][lane] = outbox.tail[slot][lane] = nullptr;
+  }
+  outbox.slot_blocks[slot] = 0;
 }
 
 // Points every small size of `dest` at the empty slab: its next small
@@ -22,12 +26,14 @@ void request_drain(Heap* dest) {
 
 }  // namespace
 
-void inbox_push(Heap* dest, FreeBlock* head, FreeBlock* tail, size_t bytes) {
-  FreeBlock* old = dest->inbox.load(std::memory_order_relaxed);
+void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_t bytes) {
+  std::atomic<FreeBlock*>& inbox = dest->inbox[lane];
+  FreeBlock* old = inbox.load(std::memory_order_relaxed);
   do {
     set_remote_next(tail, old);
     // Release: the owner's exchange (acquire) must see the links written above.
-  } while (!dest->inbox.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
+  } while (!inbox.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
+  if (bytes == 0) return;
   size_t pending = dest->inbox_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
 }

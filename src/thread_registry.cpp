@@ -227,7 +227,7 @@ void orphans_collect_some(Heap* self) {
     LockGuard guard(g_registry_lock);
     Heap** link = &g_orphans;
     for (int scanned = 0; *link != nullptr && scanned < 8; ++scanned, link = &(*link)->next_orphan) {
-      if ((*link)->inbox.load(std::memory_order_relaxed) != nullptr) {
+      if (inbox_pending(*link)) {
         victim = *link;
         *link = victim->next_orphan;
         victim->next_orphan = nullptr;
