@@ -9,7 +9,7 @@
 // retained count are unmapped. Free memory beyond a budget proportional to
 // the memory in use (dirty_budget_bytes) gets a tenth of the delay, so
 // memory that is freed and not reused does not inflate the footprint, and
-// beyond twice the budget (and 64 MiB more) it is purged at once.
+// beyond twice the budget (and 16 MiB more) it is purged at once.
 #pragma once
 
 #include <cstddef>
@@ -69,8 +69,8 @@ class SpanAllocator {
  private:
   static constexpr size_t kBins = 32;
   // Free memory beyond twice the budget and beyond the budget plus this
-  // is purged as soon as it is released (64 MiB).
-  static constexpr size_t kBurstSlices = (size_t{64} << 20) >> kSliceShift;
+  // is purged as soon as it is released (16 MiB).
+  static constexpr size_t kBurstSlices = (size_t{16} << 20) >> kSliceShift;
   static size_t bin_of(size_t slices);
 
   Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
