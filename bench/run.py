@@ -320,6 +320,10 @@ class Runner:
             if shutil.which("ruby") is None:
                 return "not installed (ruby)"
             return ["ruby", suite.RUBY_SCRIPT] + args
+        if w.program == "exec":
+            if shutil.which(args[0]) is None and not os.access(args[0], os.X_OK):
+                return f"not installed ({os.path.basename(args[0])})"
+            return [os.path.join(suite.BENCH_DIR, "workloads", "checked_exec.sh")] + args
         exe = os.path.join(self.bin_dir, w.program)
         if not os.access(exe, os.X_OK) or not os.access(self.launcher, os.X_OK):
             return "not built"

@@ -22,7 +22,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 @dataclass(frozen=True)
 class Workload:
     name: str
-    program: str                  # binary in the bench bin dir, or "ruby"
+    program: str                  # binary in the bench bin dir, "ruby", or "exec" (args are a command)
     quick: tuple[str, ...]
     full: tuple[str, ...]
     origin: str                   # which seed / published benchmark it models
@@ -139,6 +139,18 @@ WORKLOADS: list[Workload] = [
     _w("sh8bench", "shbench", ("8", "{n2}", "50", "10000"), ("8", "{n2}", "200", "10000"),
        "mimalloc-bench sh8benchN", "sh6 with the kept objects freed by the next thread",
        metrics=("ns_per_object",)),
+    # --- real programs (issue: real programs under LD_PRELOAD) -----------------
+    _w("python", "exec", ("/usr/bin/python3", "{bench}/workloads/py_workload.py", "0.25"),
+       ("/usr/bin/python3", "{bench}/workloads/py_workload.py", "1.0"), "suite",
+       "Debian's python3: dicts, lists, strings, JSON round trips, sorting",
+       metrics=("time_s",)),
+    _w("sqlite3", "exec", ("{bench}/workloads/sqlite_workload.sh", "100000"),
+       ("{bench}/workloads/sqlite_workload.sh", "400000"), "suite",
+       "Debian's sqlite3: bulk insert into an in-memory database, indexes, group by, join, vacuum"),
+    _w("gxx-compile", "exec", ("g++", "-std=c++20", "-O2", "-I{bench}/common", "-c",
+                               "{bench}/workloads/realworld.cpp", "-o", "/dev/null"),
+       ("g++", "-std=c++20", "-O2", "-I{bench}/common", "-c", "{bench}/workloads/realworld.cpp", "-o", "/dev/null"),
+       "suite", "g++ -O2 compiling a 450-line C++ file (the compiler runs on the allocator)"),
     _w("realloc-growth", "realloc_growth", ("10m",), ("50m",), "suite",
        "64 buffers grown by exact-fit and 1.5x realloc, up to 4 MiB",
        metrics=("ns_per_append", "reallocs")),
@@ -208,4 +220,5 @@ def _version_key(path: str) -> list:
 
 
 def expand(args: tuple[str, ...], ncpu: int) -> list[str]:
-    return [a.replace("{n2}", str(2 * ncpu)).replace("{n}", str(ncpu)) for a in args]
+    return [a.replace("{n2}", str(2 * ncpu)).replace("{n}", str(ncpu)).replace("{bench}", BENCH_DIR)
+            for a in args]
