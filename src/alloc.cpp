@@ -112,9 +112,27 @@ unsigned watch_class(size_t size) {
   return size <= kMaxLargeSize ? kNumClasses : kNumClasses + 1;
 }
 
+// Whether allocations are watched is known once the process has started:
+// the first allocation of a thread (of the process) may come here first.
+bool watching(const Heap* heap) {
+  if (XALLOC_UNLIKELY(heap == &g_empty_heap)) ensure_process_init();
+  return prof::watching();
+}
+
+// The heap a watched allocation is counted in: a thread's first
+// allocation may be a large one, before it has a heap.
+Heap* watched_heap(Heap* heap) {
+  if (heap != &g_empty_heap || emergency::active()) return heap;
+  Heap* acquired = thread_heap_acquire();
+  return acquired != nullptr ? acquired : heap;
+}
+
 void* alloc_generic(Heap* heap, size_t size) {
-  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap) {
-    if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return sampled;
+  if (XALLOC_UNLIKELY(watching(heap))) {
+    heap = watched_heap(heap);
+    if (heap != &g_empty_heap) {
+      if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return sampled;
+    }
   }
   if (size <= kMaxSlabSize) return alloc_from_class(heap, class_of(size));
   if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
@@ -142,8 +160,11 @@ void* alloc_zeroed(size_t size) {
     return block;
   }
   Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap) {
-    if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
+  if (XALLOC_UNLIKELY(watching(heap))) {
+    heap = watched_heap(heap);
+    if (heap != &g_empty_heap) {
+      if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
+    }
   }
   if (size <= kMaxSlabSize - secure::kCanaryBytes)
     return heap_alloc_zeroed(heap, class_of(size + secure::kCanaryBytes), size);
@@ -154,8 +175,11 @@ void* alloc_zeroed(size_t size) {
 void* alloc_aligned(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
   Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(prof::watching()) && heap != &g_empty_heap && size <= kMaxRequest) {
-    if (void* sampled = prof::watch(heap, watch_class(size), size, alignment)) return sampled;
+  if (XALLOC_UNLIKELY(watching(heap)) && size <= kMaxRequest) {
+    heap = watched_heap(heap);
+    if (heap != &g_empty_heap) {
+      if (void* sampled = prof::watch(heap, watch_class(size), size, alignment)) return sampled;
+    }
   }
   if (size <= kMaxSlabSize - secure::kCanaryBytes && alignment <= kMaxSlabAlignment) {
     unsigned cls = aligned_class_of(size + secure::kCanaryBytes, alignment);

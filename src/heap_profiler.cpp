@@ -356,7 +356,9 @@ void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
   return maybe_sample(heap, size, alignment);
 }
 
-int64_t first_countdown() { return profiling() ? next_interval() : INT64_MAX; }
+// From the options, not from profiling(): the thread that starts xalloc
+// gets its heap while the profiler is still starting.
+int64_t first_countdown() { return g_options.prof || g_options.leaks ? next_interval() : INT64_MAX; }
 
 void forget(void* block) {
   auto address = reinterpret_cast<uintptr_t>(block);
