@@ -12,7 +12,9 @@
 
 namespace std {
 new_handler get_new_handler() noexcept __attribute__((weak));
-[[noreturn]] void __throw_bad_alloc() __attribute__((weak));
+void __throw_bad_alloc() __attribute__((weak));
+// Clang's handler for an exception escaping a noexcept function calls it.
+void terminate() noexcept __attribute__((weak));
 }  // namespace std
 
 // Used by the try/catch in new_nothrow_slow; weak for the same reason.
@@ -27,7 +29,10 @@ namespace {
 bool valid_alignment(size_t alignment) { return alignment != 0 && (alignment & (alignment - 1)) == 0; }
 
 [[noreturn]] XALLOC_NOINLINE void throw_bad_alloc() {
-  if (&std::__throw_bad_alloc != nullptr) std::__throw_bad_alloc();
+  if (&std::__throw_bad_alloc != nullptr) {
+    std::__throw_bad_alloc();
+    __builtin_unreachable();
+  }
   report::fatal("out of memory in operator new, and no C++ runtime to throw std::bad_alloc");
 }
 
@@ -122,3 +127,8 @@ void operator delete[](void* ptr, size_t, std::align_val_t) noexcept { xalloc::f
 // make it weak so that C programs without libstdc++ load libxalloc.so too.
 // It is only ever called while an exception unwinds, which needs libstdc++.
 __asm__(".weak __gxx_personality_v0");
+// Likewise for what the catch in new_nothrow_slow (and, with clang, the
+// terminate handler of noexcept functions) calls.
+__asm__(".weak __cxa_begin_catch");
+__asm__(".weak __cxa_end_catch");
+__asm__(".weak _ZSt9terminatev");

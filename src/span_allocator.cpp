@@ -308,7 +308,7 @@ void SpanAllocator::check_invariants() {
   for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
     XALLOC_CHECK(segment->kind == SegmentKind::kNormal);
     XALLOC_CHECK(segment_map_entry(segment->base()) == kMapSegmentHead);
-    size_t used = 1;
+    [[maybe_unused]] size_t used = 1;
     size_t i = 1;
     while (i < kSlicesPerSegment) {
       Page* span = segment->page_of_slice[i];

@@ -8,11 +8,6 @@
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
-namespace {
-// xalloc_owns through a laundered pointer (see xtest::launder_ptr).
-__attribute__((always_inline)) inline int owned(const void* p) { return xalloc_owns(xtest::launder_ptr(p)); }
-}  // namespace
-
 using xtest::hex_ptr;
 
 namespace {
