@@ -10,13 +10,16 @@
 #      the bench programs do not build)
 #   5. self-host: the project built by compilers running under
 #      LD_PRELOAD=build/libxalloc.so, then that build's core tests
-#   6. known bugs: the DISABLED_ tests (tests/KNOWN_BUGS.md), informational
+#   6. fuzz: a clang build (build-fuzz/) of the libFuzzer targets
+#      (tests/fuzz/), each fuzzed for 30 s (10 min with XALLOC_TEST_SOAK);
+#      skipped when clang is not installed
+#   7. known bugs: the DISABLED_ tests (tests/KNOWN_BUGS.md), informational
 # and prints a PASS/FAIL summary; the exit status is non-zero if any step failed.
 #
 # Options (environment):
 #   XALLOC_TEST_SOAK=1     longer stress runs (tests scale their work up),
 #                          bigger bench runs, plus ASan and UBSan builds
-#   XALLOC_TEST_ONLY="release tsan debug selfhost"   run only these stages
+#   XALLOC_TEST_ONLY="release tsan debug selfhost fuzz"   run only these stages
 #   XALLOC_TEST_SKIP_DEPS=1  do not run install-deps.sh
 #   XALLOC_TEST_CC / XALLOC_TEST_CXX  compilers for the sanitizer builds
 #                          (default: gcc/g++)
@@ -252,6 +255,32 @@ if wanted selfhost; then
   step "self-host: build under LD_PRELOAD=build/libxalloc.so, run its core tests" self_host
 fi
 
+# --- 6. fuzz ---------------------------------------------------------------------
+
+# The libFuzzer targets (tests/fuzz/) need clang. Only they are built in
+# build-fuzz/: the rest of the project is built and tested with gcc above.
+fuzz_stage() {
+  if ! command -v clang >/dev/null || ! command -v clang++ >/dev/null; then
+    echo "SKIP: clang is not installed"
+    return 77
+  fi
+  local dir="$root/build-fuzz"
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DXALLOC_BUILD_TESTS=ON -DXALLOC_BUILD_BENCH=OFF >"$logs/build-fuzz.configure.log" 2>&1 ||
+    { tail -30 "$logs/build-fuzz.configure.log"; return 1; }
+  if ! grep -q 'xalloc_fuzzers' "$dir/Makefile" 2>/dev/null && ! grep -q 'xalloc_fuzzers' "$dir/build.ninja" 2>/dev/null; then
+    echo "SKIP: clang has no libFuzzer here (see $logs/build-fuzz.configure.log)"
+    return 77
+  fi
+  cmake --build "$dir" --target xalloc_fuzzers -j"$jobs" 2>&1 | tee "$logs/build-fuzz.build.log" | grep -E 'error|warning|Error' | head -50
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build of the fuzzers failed; see $logs/build-fuzz.build.log"; return 1; }
+  run_ctest "$dir" -L fuzz
+}
+
+if wanted fuzz; then
+  step "fuzz: clang build (build-fuzz/), libFuzzer targets (tests/fuzz/)" fuzz_stage
+fi
+
 # --- soak: more sanitizers ------------------------------------------------------
 
 if [ -n "$soak" ]; then
@@ -261,7 +290,7 @@ if [ -n "$soak" ]; then
   step "ubsan: tests" run_ctest "$root/build-ubsan"
 fi
 
-# --- 6. known bugs (informational) ------------------------------------------
+# --- 7. known bugs (informational) ------------------------------------------
 
 known_bugs() {
   # Each DISABLED_ test of the release and the ThreadSanitizer builds runs

@@ -1,0 +1,618 @@
+// Feature tests: the secure build, the heap profiler and leak report,
+// statistics, and memory return (docs/security.md, docs/observability.md,
+// docs/memory.md). Each runs a small program (tests/features/*.c) in a child
+// process, under LD_PRELOAD of a library or linked with libxalloc.so, with
+// the XALLOC_* options it needs, and checks its output, exit status and
+// resource use. This program itself runs on the C library's malloc.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+extern char** environ;
+
+namespace {
+
+// --- running programs ----------------------------------------------------------
+
+struct Outcome {
+  int status = -1;
+  bool timed_out = false;
+  pid_t pid = 0;
+  std::string out, err;
+
+  bool exited_ok() const { return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  int signal() const { return WIFSIGNALED(status) ? WTERMSIG(status) : 0; }
+  std::string describe() const {
+    std::ostringstream s;
+    if (timed_out) s << "timed out";
+    else if (WIFEXITED(status)) s << "exited with " << WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) s << "killed by signal " << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")";
+    s << "\n--- stdout:\n" << out.substr(0, 4000) << "\n--- stderr:\n" << err.substr(0, 4000);
+    return s.str();
+  }
+};
+
+// Runs argv with this process's environment, minus LD_PRELOAD and every
+// XALLOC_* variable, plus `env` ("NAME=value"); captures stdout and stderr.
+// Killed after timeout_s seconds.
+Outcome run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                int timeout_s = 60) {
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string var = *e;
+    if (var.rfind("LD_PRELOAD=", 0) == 0 || var.rfind("XALLOC_", 0) == 0) continue;
+    environment.push_back(var);
+  }
+  environment.insert(environment.end(), env.begin(), env.end());
+  std::vector<char*> c_argv, c_env;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const std::string& e : environment) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+
+  Outcome r;
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+    r.err = "pipe failed";
+    return r;
+  }
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    execve(c_argv[0], c_argv.data(), c_env.data());
+    std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  r.pid = pid;
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  struct pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open_fds = 2;
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (open_fds > 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (elapsed_ms > timeout_s * 1000L) {
+      r.timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    int n = poll(fds, 2, 100);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[65536];
+      ssize_t got = read(fds[i].fd, buf, sizeof buf);
+      if (got > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& fd : fds) {
+    if (fd.fd >= 0) close(fd.fd);
+  }
+  while (waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
+std::string preload(const char* library) { return std::string("LD_PRELOAD=") + library; }
+
+// key=value lines of a probe's output.
+std::map<std::string, double> key_values(const std::string& text) {
+  std::map<std::string, double> values;
+  for (const std::string& line : xtest::split_lines(text)) {
+    size_t eq = line.find('=');
+    if (eq == std::string::npos || line.find(' ') < eq) continue;
+    values[line.substr(0, eq)] = std::strtod(line.c_str() + eq + 1, nullptr);
+  }
+  return values;
+}
+
+// The first line of `text` starting with `prefix`, or "".
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  for (const std::string& line : xtest::split_lines(text)) {
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return "";
+}
+
+// A temporary directory, removed with its files at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/xalloc-features-XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) != nullptr) path_ = buf.data();
+  }
+  ~TempDir() {
+    if (!path_.empty()) run_program({"/bin/rm", "-rf", path_});
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+::testing::AssertionResult within(double value, double expected, double tolerance, const char* what) {
+  if (std::fabs(value - expected) <= tolerance * expected) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << value << ", expected " << expected << " +- "
+                                       << tolerance * 100 << "%";
+}
+
+// --- the secure build (docs/security.md) ------------------------------------------
+
+Outcome secure_probe(const char* mode, const char* library = XTEST_LIBXALLOC_SECURE) {
+  return run_program({XTEST_SECURE_PROBE, mode}, {preload(library)}, 30);
+}
+
+std::string block_address(const Outcome& r) {
+  std::string line = line_starting(r.out, "block ");
+  return line.empty() ? "?" : line.substr(6);
+}
+
+TEST(Secure, OverflowPastTheEndOfA40ByteBlockIsReportedAtFree) {
+  Outcome r = secure_probe("overflow");
+  ASSERT_EQ(r.signal(), SIGABRT) << r.describe();
+  std::string expected = "xalloc: heap overflow (canary at the end of the block overwritten) detected at free of " +
+                         block_address(r);
+  EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << "expected a line starting\n  " << expected
+                                                                     << "\n" << r.describe();
+  EXPECT_EQ(r.out.find("survived"), std::string::npos);
+}
+
+TEST(Secure, UsableSizeExcludesTheCanary) {
+  // malloc_usable_size(malloc(40)) is at least 40, and writing 8 bytes at
+  // the usable size is an overflow: the canary is past the usable bytes.
+  Outcome r = secure_probe("at-usable");
+  std::string usable_line = line_starting(r.out, "usable ");
+  ASSERT_FALSE(usable_line.empty()) << r.describe();
+  size_t usable = std::strtoul(usable_line.c_str() + 7, nullptr, 10);
+  EXPECT_GE(usable, 40u);
+  ASSERT_EQ(r.signal(), SIGABRT) << "8 bytes written at the usable size went unnoticed\n" << r.describe();
+  std::string report = line_starting(r.err, "xalloc: heap overflow");
+  ASSERT_FALSE(report.empty()) << r.describe();
+  // "... (48-byte class) ...": the usable size leaves the class's last 8 bytes to the canary.
+  size_t open = report.rfind(" (");
+  ASSERT_NE(open, std::string::npos) << report;
+  size_t class_size = std::strtoul(report.c_str() + open + 2, nullptr, 10);
+  EXPECT_LE(usable + 8, class_size) << report;
+  // And the whole usable size is usable: filling it is no overflow.
+  Outcome fill = secure_probe("usable");
+  EXPECT_TRUE(fill.exited_ok()) << fill.describe();
+  EXPECT_NE(fill.out.find("usable ok"), std::string::npos) << fill.describe();
+}
+
+TEST(Secure, DoubleFreeIsReported) {
+  Outcome r = secure_probe("double-free");
+  ASSERT_EQ(r.signal(), SIGABRT) << r.describe();
+  std::string expected = "xalloc: double free of " + block_address(r);
+  EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << r.describe();
+}
+
+TEST(Secure, LargeBlockIsFollowedByAGuardPage) {
+  // malloc(100000): usable size 102400 (whole pages); one byte past its
+  // last page faults at once.
+  Outcome r = secure_probe("guard");
+  EXPECT_EQ(r.signal(), SIGSEGV) << r.describe();
+  EXPECT_EQ(r.out.find("survived"), std::string::npos) << r.describe();
+  // The same write is no fault in the default build: the test writes where
+  // it means to, just past the block.
+  Outcome plain = secure_probe("guard", XTEST_LIBXALLOC);
+  EXPECT_TRUE(plain.exited_ok()) << plain.describe();
+}
+
+TEST(Secure, CarveOrderIsRandomised) {
+  Outcome r = secure_probe("order");
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::string line = line_starting(r.out, "ascending pairs ");
+  ASSERT_FALSE(line.empty()) << r.describe();
+  int ascending = std::atoi(line.c_str() + 16);
+  EXPECT_LT(ascending, 199) << "200 consecutive malloc(64) results in increasing address order";
+}
+
+TEST(Secure, FreedBlockIsNotReusedAtOnce) {
+  Outcome r = secure_probe("reuse");
+  EXPECT_TRUE(r.exited_ok()) << r.describe();
+}
+
+TEST(Secure, PythonWorkloadRuns) {
+  const char* python = "/usr/bin/python3";
+  if (!file_exists(python)) GTEST_SKIP() << "no " << python;
+  const char* script = R"(
+import json
+d = {str(i): {"v": [i, i * 2, str(i) * 3], "f": i / 7} for i in range(100000)}
+s = json.dumps(d, sort_keys=True)
+e = json.loads(s)
+assert e == d
+for k in list(e)[::2]:
+    del e[k]
+e.update({"x" + str(i): bytearray(i % 300) for i in range(50000)})
+words = sorted(set(s.split(",")))
+print("ok", len(s), len(e), len(words))
+)";
+  Outcome r = run_program({python, "-c", script}, {preload(XTEST_LIBXALLOC_SECURE)}, 60);
+  EXPECT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_EQ(r.err.find("xalloc:"), std::string::npos) << r.describe();
+  // The same results as on the C library's malloc.
+  Outcome plain = run_program({python, "-c", script}, {}, 60);
+  ASSERT_TRUE(plain.exited_ok()) << plain.describe();
+  EXPECT_EQ(r.out, plain.out);
+  EXPECT_EQ(r.out.rfind("ok ", 0), 0u) << r.out;
+}
+
+// --- the heap profiler and the leak report (docs/observability.md) ------------
+
+constexpr double kSmallCount = 100000;   // keep_small: 100,000 x malloc(1000)
+constexpr double kMediumBytes = 500 * 100000.0;  // keep_medium: 500 x malloc(100000)
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct Profile {
+  Outcome run;
+  std::string heap_file, collapsed_file;
+  double small_bytes = 0;  // expected live bytes of keep_small (its blocks' class size)
+};
+
+// Runs prof_workload [mode] with the profiler on; finds its profile files.
+Profile profile_workload(const TempDir& dir, const char* mode) {
+  Profile p;
+  std::vector<std::string> argv = {XTEST_PROF_WORKLOAD};
+  if (mode != nullptr) argv.push_back(mode);
+  std::string prefix = dir.path() + "/p";
+  p.run = run_program(argv,
+                      {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=64k", "XALLOC_PROF_PREFIX=" + prefix},
+                      60);
+  p.heap_file = prefix + "." + std::to_string(p.run.pid) + ".heap";
+  p.collapsed_file = prefix + "." + std::to_string(p.run.pid) + ".collapsed";
+  std::string line = line_starting(p.run.out, "small_block_bytes ");
+  p.small_bytes = kSmallCount * std::strtod(line.c_str() + 18, nullptr);
+  return p;
+}
+
+std::string find_pprof() {
+  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
+    for (const char* name : {"google-pprof", "pprof"}) {
+      std::string path = std::string(dir) + "/" + name;
+      if (access(path.c_str(), X_OK) == 0) return path;
+    }
+  }
+  return "";
+}
+
+// google-pprof --text: "Total: 146.7 MB" and "flat flat% sum% cum cum% function".
+struct PprofText {
+  double total_mb = -1;
+  std::map<std::string, double> cum_mb;
+};
+
+PprofText parse_pprof(const std::string& text) {
+  PprofText t;
+  for (const std::string& line : xtest::split_lines(text)) {
+    if (line.rfind("Total: ", 0) == 0) {
+      t.total_mb = std::strtod(line.c_str() + 7, nullptr);
+      continue;
+    }
+    std::istringstream in(line);
+    double flat, cum;
+    std::string flat_pct, sum_pct, cum_pct, name;
+    if (in >> flat >> flat_pct >> sum_pct >> cum >> cum_pct >> name) t.cum_mb[name] = cum;
+  }
+  return t;
+}
+
+// Checks the pprof text profile and the collapsed stacks of a profile of
+// prof_workload.
+void check_profile(const Profile& p) {
+  ASSERT_TRUE(p.run.exited_ok()) << p.run.describe();
+  ASSERT_GT(p.small_bytes, 0) << p.run.describe();
+  ASSERT_TRUE(file_exists(p.heap_file)) << p.heap_file << "\n" << p.run.describe();
+  ASSERT_TRUE(file_exists(p.collapsed_file)) << p.collapsed_file;
+
+  std::string pprof = find_pprof();
+  if (pprof.empty()) {
+    ADD_FAILURE() << "google-pprof is not installed (google-perftools; scripts/install-deps.sh test)";
+  } else {
+    Outcome r = run_program({pprof, "--text", XTEST_PROF_WORKLOAD, p.heap_file}, {}, 60);
+    ASSERT_TRUE(r.exited_ok()) << r.describe();
+    PprofText t = parse_pprof(r.out);
+    double small_mb = p.small_bytes / kMiB, medium_mb = kMediumBytes / kMiB;
+    EXPECT_TRUE(within(t.total_mb, small_mb + medium_mb, 0.10, "pprof Total (MB)")) << r.out;
+    EXPECT_TRUE(within(t.cum_mb["keep_small"], small_mb, 0.10, "keep_small (MB)")) << r.out;
+    EXPECT_TRUE(within(t.cum_mb["keep_medium"], medium_mb, 0.10, "keep_medium (MB)")) << r.out;
+    EXPECT_LT(t.cum_mb["churn"], 1.0) << "freed memory in the live profile\n" << r.out;
+  }
+
+  // Collapsed stacks: "outer;...;inner bytes", one line per stack.
+  std::string collapsed = read_file(p.collapsed_file);
+  double small = 0, medium = 0, churn = 0, total = 0;
+  for (const std::string& line : xtest::split_lines(collapsed)) {
+    size_t space = line.rfind(' ');
+    ASSERT_NE(space, std::string::npos) << line;
+    double bytes = std::strtod(line.c_str() + space + 1, nullptr);
+    std::string stack = ";" + line.substr(0, space);
+    total += bytes;
+    if (stack.find(";keep_small+") != std::string::npos) small += bytes;
+    if (stack.find(";keep_medium+") != std::string::npos) medium += bytes;
+    if (stack.find(";churn+") != std::string::npos) churn += bytes;
+  }
+  EXPECT_TRUE(within(small, p.small_bytes, 0.10, "collapsed keep_small bytes")) << collapsed;
+  EXPECT_TRUE(within(medium, kMediumBytes, 0.10, "collapsed keep_medium bytes")) << collapsed;
+  EXPECT_LT(churn, 1e6) << collapsed;
+  EXPECT_TRUE(within(total, p.small_bytes + kMediumBytes, 0.10, "collapsed total bytes")) << collapsed;
+}
+
+struct LeakSite {
+  double bytes = 0;
+  std::vector<std::string> frames;
+};
+
+// "xalloc: leaks: N bytes (K sampled blocks) allocated at:" and its "    #i frame" lines.
+std::vector<LeakSite> parse_leaks(const std::string& err) {
+  std::vector<LeakSite> sites;
+  const std::string head = "xalloc: leaks: ";
+  for (const std::string& line : xtest::split_lines(err)) {
+    if (line.rfind(head, 0) == 0 && line.find(" bytes (") != std::string::npos) {
+      sites.push_back({std::strtod(line.c_str() + head.size(), nullptr), {}});
+    } else if (!sites.empty() && line.rfind("    #", 0) == 0) {
+      size_t space = line.find(' ', 5);
+      if (space != std::string::npos) sites.back().frames.push_back(line.substr(space + 1));
+    }
+  }
+  return sites;
+}
+
+bool names(const LeakSite& site, const std::string& function) {
+  return std::any_of(site.frames.begin(), site.frames.end(),
+                     [&](const std::string& f) { return f.rfind(function + "+", 0) == 0 || f == function; });
+}
+
+void check_leaks(const char* mode) {
+  std::vector<std::string> argv = {XTEST_PROF_WORKLOAD};
+  if (mode != nullptr) argv.push_back(mode);
+  Outcome r = run_program(argv, {preload(XTEST_LIBXALLOC), "XALLOC_LEAKS=1", "XALLOC_PROF_RATE=64k"}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::vector<LeakSite> sites = parse_leaks(r.err);
+  ASSERT_GE(sites.size(), 2u) << r.describe();
+  EXPECT_TRUE(names(sites[0], "keep_small")) << "the largest site is not keep_small\n" << r.err;
+  EXPECT_TRUE(names(sites[1], "keep_medium")) << "the second site is not keep_medium\n" << r.err;
+  std::string line = line_starting(r.out, "small_block_bytes ");
+  double small_bytes = kSmallCount * std::strtod(line.c_str() + 18, nullptr);
+  EXPECT_TRUE(within(sites[0].bytes, small_bytes, 0.10, "keep_small's estimate")) << r.err;
+  EXPECT_TRUE(within(sites[1].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
+  for (const LeakSite& site : sites) EXPECT_FALSE(names(site, "churn")) << r.err;
+}
+
+// The workload on a second thread (the main thread only starts it).
+TEST(Profiler, HeapProfileAttributesLiveBytesToTheirFunctions) {
+  TempDir dir;
+  check_profile(profile_workload(dir, "thread"));
+}
+
+TEST(Profiler, LeakReportNamesTheKeepingFunctionsFirst) { check_leaks("thread"); }
+
+// The workload on the main thread, which starts xalloc. Regression test
+// (tests/KNOWN_BUGS.md #11): that thread used to be never sampled, so a
+// single-threaded program had an empty profile.
+TEST(Profiler, MainThreadIsSampled) {
+  TempDir dir;
+  check_profile(profile_workload(dir, nullptr));
+  check_leaks(nullptr);
+}
+
+// Regression test (tests/KNOWN_BUGS.md #12): a thread that only allocates
+// blocks above 64 KiB had no heap, and its allocations were neither sampled
+// nor counted.
+TEST(Profiler, ThreadThatOnlyAllocatesLargeBlocksIsSampled) {
+  Outcome r = run_program({XTEST_PROF_WORKLOAD, "large-thread"},
+                      {preload(XTEST_LIBXALLOC), "XALLOC_LEAKS=1", "XALLOC_PROF_RATE=64k"}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::vector<LeakSite> sites = parse_leaks(r.err);
+  ASSERT_GE(sites.size(), 1u) << "no leak sites: 50 MB live in 100 KB blocks were not sampled\n" << r.describe();
+  EXPECT_TRUE(names(sites[0], "keep_medium")) << r.err;
+  EXPECT_TRUE(within(sites[0].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
+}
+
+// --- statistics (docs/observability.md) ----------------------------------------
+
+struct ClassRow {
+  std::string requests;  // a number, or "-" when requests are not counted
+  long slabs = -1, live_blocks = -1, live_kib = -1;
+};
+
+// "xalloc: stats:    class     requests   slabs  live blocks     live KiB peak slabs" and its rows.
+std::map<std::string, ClassRow> parse_stats_table(const std::string& err) {
+  std::map<std::string, ClassRow> rows;
+  for (const std::string& line : xtest::split_lines(err)) {
+    if (line.rfind("xalloc: stats: ", 0) != 0) continue;
+    std::istringstream in(line.substr(15));
+    std::string cls;
+    ClassRow row;
+    if (!(in >> cls >> row.requests)) continue;
+    bool is_row = cls == "large" || cls == "huge" || std::all_of(cls.begin(), cls.end(), ::isdigit);
+    if (!is_row) continue;
+    in >> row.slabs >> row.live_blocks >> row.live_kib;
+    rows[cls] = row;
+  }
+  return rows;
+}
+
+TEST(Stats, PerClassTableCountsRequests) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "requests", "1000", "100"}, {"XALLOC_STATS=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::string cls_line = line_starting(r.out, "class ");
+  ASSERT_FALSE(cls_line.empty()) << r.describe();
+  std::string cls = cls_line.substr(6);
+  EXPECT_EQ(cls, "112") << "malloc(100)'s class";
+  auto rows = parse_stats_table(r.err);
+  ASSERT_TRUE(rows.count(cls)) << "no row for class " << cls << "\n" << r.err;
+  EXPECT_GE(std::atol(rows[cls].requests.c_str()), 1000) << r.err;
+  EXPECT_GE(rows[cls].live_blocks, 1000) << r.err;
+  EXPECT_GE(rows[cls].live_kib, 1000 * 112 / 1024) << r.err;
+  ASSERT_TRUE(rows.count("large")) << "no 'large' row\n" << r.err;
+  EXPECT_GE(std::atol(rows["large"].requests.c_str()), 1) << "the malloc(200000) is not counted\n" << r.err;
+  EXPECT_TRUE(rows.count("huge")) << r.err;
+  EXPECT_FALSE(line_starting(r.err, "xalloc: stats: mapped ").empty()) << r.err;
+  EXPECT_FALSE(line_starting(r.err, "xalloc: stats: peak in use").empty()) << r.err;
+}
+
+// Regression test (tests/KNOWN_BUGS.md #12): allocations above 1 KiB made
+// before the thread's first small allocation were not counted.
+TEST(Stats, AllocationsBeforeTheFirstSmallOneAreCounted) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "large-first"}, {"XALLOC_STATS=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  auto rows = parse_stats_table(r.err);
+  ASSERT_TRUE(rows.count("large")) << r.err;
+  EXPECT_EQ(rows["large"].requests, "1") << "one malloc(200000)\n" << r.err;
+  // stdout's buffer (4 KiB) is allocated next, still before any small block.
+  if (rows.count("4096")) {
+    EXPECT_EQ(rows["4096"].requests, std::to_string(rows["4096"].live_blocks)) << r.err;
+  }
+}
+
+TEST(Stats, StatsPrintWorksAtAnyTime) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "print"}, {}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_NE(r.out.find("printed"), std::string::npos);
+  // Once from xalloc_stats_print(), once from malloc_stats().
+  size_t headers = 0, pos = 0;
+  while ((pos = r.err.find("xalloc: stats:    class", pos)) != std::string::npos) ++headers, ++pos;
+  EXPECT_EQ(headers, 2u) << r.err;
+  auto rows = parse_stats_table(r.err);
+  ASSERT_TRUE(rows.count("112")) << r.err;
+  EXPECT_EQ(rows["112"].live_blocks, 100) << r.err;
+  EXPECT_FALSE(line_starting(r.err, "xalloc: stats: mapped ").empty()) << r.err;
+}
+
+TEST(Stats, Mallinfo2FollowsLiveBytes) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "mallinfo"}, {}, 30);
+  EXPECT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_NE(r.out.find("mallinfo ok"), std::string::npos) << r.describe();
+}
+
+// --- memory return (docs/memory.md) ---------------------------------------------
+
+constexpr double kKiBPerMiB = 1024;
+
+TEST(Memory, GigabyteOnFourThreadsIsReturned) {
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "gigabyte"}, {}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  auto v = key_values(r.out);
+  EXPECT_GT(v["allocated_kib"], 900 * kKiBPerMiB) << "the blocks were not all resident\n" << r.out;
+  EXPECT_LT(v["lowest_1s_kib"], 64 * kKiBPerMiB) << "RSS within 1 s of freeing 1 GiB\n" << r.out;
+  EXPECT_TRUE(v["trimmed_kib"] < v["lowest_1s_kib"] || v["trimmed_kib"] <= v["before_kib"] + kKiBPerMiB)
+      << "malloc_trim(0) did not lower RSS\n" << r.out;
+  std::printf("RSS (KiB): before %.0f, allocated %.0f, after the frees %.0f, lowest within 1 s %.0f, trimmed %.0f\n",
+              v["before_kib"], v["allocated_kib"], v["after_free_kib"], v["lowest_1s_kib"], v["trimmed_kib"]);
+}
+
+TEST(Memory, BackgroundPurgeReturnsMemoryOfAnIdleProcess) {
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "idle"}, {"XALLOC_BACKGROUND_PURGE=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  auto v = key_values(r.out);
+  EXPECT_GT(v["allocated_kib"], v["before_kib"] + 35 * kKiBPerMiB) << r.out;
+  EXPECT_LT(v["at_1s_kib"], 16 * kKiBPerMiB) << r.out;
+  // Down to the baseline, not just below the threshold (the frees alone may
+  // have returned part of it): what stays is within the purge budget.
+  EXPECT_LT(v["at_1s_kib"], v["before_kib"] + 6 * kKiBPerMiB) << r.out;
+  // Without the purger (informational: how much an idle process keeps).
+  Outcome idle = run_program({XTEST_MEMORY_PROBE, "idle"}, {}, 30);
+  ASSERT_TRUE(idle.exited_ok()) << idle.describe();
+  auto w = key_values(idle.out);
+  std::printf("RSS (KiB) 1 s after freeing 40 MB while idle: %.0f with the background purger, %.0f without\n",
+              v["at_1s_kib"], w["at_1s_kib"]);
+}
+
+TEST(Memory, ThreadChurnDoesNotGrowRss) {
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "churn", "10000"}, {}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  auto v = key_values(r.out);
+  ASSERT_GT(v["after_100_kib"], 0) << r.out;
+  // As it is, RSS includes free memory kept for reuse, up to the purge
+  // budget (XALLOC_DIRTY_PERCENT, at least 4 MiB): a few MiB of slack.
+  EXPECT_LT(v["after_all_kib"], v["after_100_kib"] + 6 * kKiBPerMiB)
+      << "RSS after 10,000 threads vs after 100 threads\n" << r.out;
+  // Without it (malloc_trim), what the threads left behind: next to nothing.
+  EXPECT_LT(v["after_all_trimmed_kib"], v["after_100_trimmed_kib"] + kKiBPerMiB)
+      << "RSS after malloc_trim(0), after 10,000 threads vs after 100 threads\n" << r.out;
+  std::printf("RSS (KiB): %.0f after 100 threads, %.0f after 10,000 (%.0f ms); after malloc_trim(0): %.0f, %.0f\n",
+              v["after_100_kib"], v["after_all_kib"], v["ms"], v["after_100_trimmed_kib"],
+              v["after_all_trimmed_kib"]);
+}
+
+long maxrss_kib(const std::vector<std::string>& env, const char* program) {
+  std::vector<std::string> argv = {XTEST_RSS_OF};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back("--");
+  argv.push_back(program);
+  Outcome r = run_program(argv, {}, 30);
+  EXPECT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_NE(r.out.find("exit 0"), std::string::npos) << r.describe();
+  std::string line = line_starting(r.out, "maxrss_kib ");
+  return line.empty() ? -1 : std::atol(line.c_str() + 11);
+}
+
+TEST(Memory, PreloadedTrueCostsLittle) {
+  // The smallest of a few runs of each: the peak RSS of /bin/true varies
+  // by a page table or two.
+  long plain = -1, preloaded = -1;
+  for (int i = 0; i < 5; ++i) {
+    long a = maxrss_kib({}, "/bin/true");
+    long b = maxrss_kib({preload(XTEST_LIBXALLOC)}, "/bin/true");
+    if (a > 0 && (plain < 0 || a < plain)) plain = a;
+    if (b > 0 && (preloaded < 0 || b < preloaded)) preloaded = b;
+  }
+  ASSERT_GT(plain, 0);
+  ASSERT_GT(preloaded, 0);
+  EXPECT_LE(preloaded, plain + 512) << "peak RSS of /bin/true: " << plain << " KiB, with libxalloc.so "
+                                    << preloaded << " KiB";
+  std::printf("peak RSS of /bin/true: %ld KiB, with LD_PRELOAD=libxalloc.so %ld KiB\n", plain, preloaded);
+}
+
+}  // namespace

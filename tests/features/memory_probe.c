@@ -1,0 +1,232 @@
+/* Memory-return probes (docs/memory.md), linked with libxalloc.so and run by
+ * features_test.cpp. Each prints key=value lines (RSS in KiB, from
+ * /proc/self/statm) that the test checks; the thresholds live in the test.
+ *
+ *   memory_probe gigabyte   4 threads allocate 1 GiB in all, in blocks of 16 B
+ *                           to 64 KiB (log-uniform), touch every byte, free
+ *                           their own blocks; then RSS right after, its
+ *                           lowest within 1 s, and after malloc_trim(0)
+ *   memory_probe idle       a thread allocates and frees ~40 MB, then the
+ *                           process sleeps: RSS every 20 ms for 1.5 s
+ *   memory_probe churn N    N threads, 8 at a time, each allocating and freeing
+ *                           blocks (and freeing one block of its predecessor):
+ *                           RSS after the first 100 threads and after all N,
+ *                           as they are and after malloc_trim(0)
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static size_t rss_kib(void) {
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (f == NULL) return 0;
+  unsigned long size = 0, resident = 0;
+  int n = fscanf(f, "%lu %lu", &size, &resident);
+  fclose(f);
+  return n == 2 ? resident * (size_t)sysconf(_SC_PAGESIZE) / 1024 : 0;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t next_random(uint64_t* state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Log-uniform in [16, 65536]: as many blocks of 16-32 bytes as of 32-64 KiB. */
+static size_t mixed_size(uint64_t* state) {
+  uint64_t r = next_random(state);
+  unsigned shift = 4 + (unsigned)(r % 12); /* 16 .. 32 KiB */
+  size_t base = (size_t)1 << shift;
+  return base + (size_t)((r >> 8) % base);
+}
+
+/* --- gigabyte --------------------------------------------------------------- */
+
+enum { kThreads = 4 };
+#define GIGABYTE_PER_THREAD ((size_t)256 << 20)
+
+static pthread_barrier_t g_allocated;
+
+static void* gigabyte_thread(void* arg) {
+  uint64_t state = 0x9E3779B97F4A7C15ull * ((uintptr_t)arg + 1);
+  size_t capacity = 1 << 16, count = 0, total = 0;
+  void** blocks = malloc(capacity * sizeof(void*));
+  while (total < GIGABYTE_PER_THREAD) {
+    if (count == capacity) {
+      capacity *= 2;
+      blocks = realloc(blocks, capacity * sizeof(void*));
+    }
+    size_t size = mixed_size(&state);
+    char* p = malloc(size);
+    if (p == NULL) {
+      printf("malloc(%zu) failed\n", size);
+      exit(1);
+    }
+    memset(p, (int)(count & 0xff), size);
+    blocks[count++] = p;
+    total += size;
+  }
+  pthread_barrier_wait(&g_allocated);
+  for (size_t i = 0; i < count; ++i) free(blocks[i]);
+  free(blocks);
+  return NULL;
+}
+
+static int gigabyte(void) {
+  size_t before = rss_kib();
+  pthread_barrier_init(&g_allocated, NULL, kThreads + 1);
+  pthread_t threads[kThreads];
+  for (int i = 0; i < kThreads; ++i) pthread_create(&threads[i], NULL, gigabyte_thread, (void*)(uintptr_t)i);
+  pthread_barrier_wait(&g_allocated);
+  size_t peak = rss_kib();
+  for (int i = 0; i < kThreads; ++i) pthread_join(threads[i], NULL);
+  size_t after = rss_kib();
+  double t0 = now_ms();
+  size_t lowest = after;
+  double lowest_at = 0;
+  while (now_ms() - t0 < 1000) {
+    sleep_ms(10);
+    size_t rss = rss_kib();
+    if (rss < lowest) {
+      lowest = rss;
+      lowest_at = now_ms() - t0;
+    }
+  }
+  malloc_trim(0);
+  size_t trimmed = rss_kib();
+  printf("before_kib=%zu\nallocated_kib=%zu\nafter_free_kib=%zu\nlowest_1s_kib=%zu\nlowest_at_ms=%.0f\ntrimmed_kib=%zu\n",
+         before, peak, after, lowest, lowest_at, trimmed);
+  return 0;
+}
+
+/* --- idle --------------------------------------------------------------------- */
+
+#define IDLE_BYTES ((size_t)40 << 20)
+
+static void* idle_thread(void* arg) {
+  (void)arg;
+  uint64_t state = 12345;
+  enum { kMax = 1 << 16 };
+  static void* blocks[kMax];
+  size_t count = 0, total = 0;
+  while (total < IDLE_BYTES && count < kMax) {
+    size_t size = 1024 + mixed_size(&state) * 2; /* 1 KiB .. 129 KiB: slabs and large blocks */
+    char* p = malloc(size);
+    memset(p, 1, size);
+    blocks[count++] = p;
+    total += size;
+  }
+  printf("allocated_kib=%zu\n", rss_kib());
+  for (size_t i = 0; i < count; ++i) free(blocks[i]);
+  return NULL;
+}
+
+static int idle(void) {
+  void* keep = malloc(100); /* the main thread has a heap too */
+  printf("before_kib=%zu\n", rss_kib());
+  pthread_t thread;
+  pthread_create(&thread, NULL, idle_thread, NULL);
+  pthread_join(thread, NULL);
+  double t0 = now_ms();
+  printf("after_free_kib=%zu\n", rss_kib());
+  /* Sleep without allocating: only a background purge can give memory back. */
+  size_t at_1s = 0;
+  while (now_ms() - t0 < 1500) {
+    sleep_ms(20);
+    double t = now_ms() - t0;
+    size_t rss = rss_kib();
+    printf("t_ms=%.0f rss_kib=%zu\n", t, rss);
+    if (t <= 1000) at_1s = rss;
+  }
+  printf("at_1s_kib=%zu\n", at_1s);
+  free(keep);
+  return 0;
+}
+
+/* --- churn -------------------------------------------------------------------- */
+
+static _Atomic(void*) g_handoff;
+
+static void* churn_thread(void* arg) {
+  uint64_t state = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  enum { kBlocks = 64 };
+  void* blocks[kBlocks];
+  for (int i = 0; i < kBlocks; ++i) {
+    size_t size = (i % 16 == 15) ? 70000 : mixed_size(&state) % 4096 + 16;
+    blocks[i] = malloc(size);
+    memset(blocks[i], i, size);
+  }
+  for (int i = 0; i < kBlocks; i += 2) free(blocks[i]);
+  for (int i = 1; i < kBlocks - 1; i += 2) free(blocks[i]);
+  /* Leave the last block to the next thread: a free from another thread,
+   * often after its owner exited. */
+  void* previous = atomic_exchange(&g_handoff, blocks[kBlocks - 1]);
+  free(previous);
+  return NULL;
+}
+
+static void run_threads(size_t from, size_t to) {
+  enum { kBatch = 8 };
+  for (size_t i = from; i < to; i += kBatch) {
+    pthread_t threads[kBatch];
+    size_t n = to - i < kBatch ? to - i : kBatch;
+    for (size_t k = 0; k < n; ++k) {
+      if (pthread_create(&threads[k], NULL, churn_thread, (void*)(uintptr_t)(i + k)) != 0) {
+        printf("pthread_create failed\n");
+        exit(1);
+      }
+    }
+    for (size_t k = 0; k < n; ++k) pthread_join(threads[k], NULL);
+  }
+}
+
+static int churn(size_t n) {
+  void* keep = malloc(100);
+  run_threads(0, 100);
+  size_t after_100 = rss_kib();
+  malloc_trim(0);
+  size_t after_100_trimmed = rss_kib();
+  double t0 = now_ms();
+  run_threads(100, n);
+  double took = now_ms() - t0;
+  size_t after_all = rss_kib();
+  malloc_trim(0);
+  size_t after_all_trimmed = rss_kib();
+  printf("after_100_kib=%zu\nafter_all_kib=%zu\nafter_100_trimmed_kib=%zu\nafter_all_trimmed_kib=%zu\n"
+         "threads=%zu\nms=%.0f\n",
+         after_100, after_all, after_100_trimmed, after_all_trimmed, n, took);
+  free(atomic_exchange(&g_handoff, NULL));
+  free(keep);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "gigabyte") == 0) return gigabyte();
+  if (strcmp(mode, "idle") == 0) return idle();
+  if (strcmp(mode, "churn") == 0 && argc == 3) return churn(strtoul(argv[2], NULL, 10));
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N\n", argv[0]);
+  return 2;
+}

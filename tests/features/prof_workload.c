@@ -1,0 +1,101 @@
+/* A program with a known allocation pattern, for the heap profiler and leak
+ * report tests (features_test.cpp), run under LD_PRELOAD=libxalloc.so with
+ * XALLOC_PROF / XALLOC_LEAKS. Built with -O1 -g -fno-builtin, every
+ * function kept out of line, so that each allocation site is a frame of
+ * its own and no malloc is optimised away.
+ *
+ *   keep_small    100,000 blocks of 1000 bytes    100,000,000 bytes live at exit
+ *   keep_medium       500 blocks of 100,000 bytes  50,000,000 bytes live at exit
+ *   churn           2,000 blocks of 100,000 bytes, each freed at once (200 MB, none live)
+ *
+ * `prof_workload` runs them on the main thread, `prof_workload thread` on a
+ * second thread (the main thread allocating nothing itself), and
+ * `prof_workload large-thread` only keep_medium, on a second thread that
+ * allocates nothing else (after the main thread allocated a small block). */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SMALL_COUNT 100000
+#define SMALL_SIZE 1000
+#define MEDIUM_COUNT 500
+#define MEDIUM_SIZE 100000
+#define CHURN_COUNT 2000
+#define CHURN_SIZE 100000
+
+static void* volatile g_sink;
+
+__attribute__((noinline)) void keep_small(void** blocks) {
+  for (int i = 0; i < SMALL_COUNT; ++i) {
+    blocks[i] = malloc(SMALL_SIZE);
+    ((char*)blocks[i])[0] = (char)i;
+  }
+}
+
+__attribute__((noinline)) void keep_medium(void** blocks) {
+  for (int i = 0; i < MEDIUM_COUNT; ++i) {
+    blocks[i] = malloc(MEDIUM_SIZE);
+    ((char*)blocks[i])[0] = (char)i;
+  }
+}
+
+__attribute__((noinline)) void churn(void) {
+  for (int i = 0; i < CHURN_COUNT; ++i) {
+    char* p = malloc(CHURN_SIZE);
+    p[0] = (char)i;
+    g_sink = p;
+    free(p);
+  }
+}
+
+__attribute__((noinline)) void* workload(void* arg) {
+  (void)arg;
+  /* The pointer arrays themselves are small (0.8 MB and 4 KB). */
+  void** small = calloc(SMALL_COUNT, sizeof(void*));
+  void** medium = calloc(MEDIUM_COUNT, sizeof(void*));
+  if (small == NULL || medium == NULL) return NULL;
+  keep_small(small);
+  churn();
+  keep_medium(medium);
+  g_sink = small;
+  g_sink = medium;
+  return small; /* everything kept stays live at exit */
+}
+
+__attribute__((noinline)) void* large_only(void* arg) {
+  keep_medium((void**)arg);
+  return arg;
+}
+
+int main(int argc, char** argv) {
+  void* result = NULL;
+  if (argc > 1 && strcmp(argv[1], "large-thread") == 0) {
+    void** medium = calloc(MEDIUM_COUNT, sizeof(void*));
+    pthread_t thread;
+    if (medium == NULL || pthread_create(&thread, NULL, large_only, medium) != 0) return 1;
+    pthread_join(thread, &result);
+  } else if (argc > 1 && strcmp(argv[1], "thread") == 0) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, workload, NULL) != 0) return 1;
+    pthread_join(thread, &result);
+  } else {
+    result = workload(NULL);
+  }
+  if (result == NULL) return 1;
+  /* What the profiler counts for a small block: its class size. A sampled
+   * block is served as a page-granular large block, so the smallest usable
+   * size of a few blocks is the class size. */
+  size_t class_size = (size_t)-1;
+  for (int i = 0; i < 32; ++i) {
+    void* probe = malloc(SMALL_SIZE);
+    size_t usable = malloc_usable_size(probe);
+    if (usable < class_size) class_size = usable;
+    free(probe);
+  }
+  printf("small_block_bytes %zu\n", class_size);
+  printf("prof_workload: done\n");
+  return 0;
+}

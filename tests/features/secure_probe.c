@@ -1,0 +1,123 @@
+/* Probes for the secure build (libxalloc-secure.so, docs/security.md), run
+ * under LD_PRELOAD by features_test.cpp. Built with -O0: the compiler must
+ * not remove the allocations and stores it could prove pointless.
+ *
+ *   secure_probe overflow     writes 8 bytes past malloc(40)'s end, frees: must abort
+ *   secure_probe at-usable    writes 8 bytes at malloc(40) + malloc_usable_size: must abort
+ *   secure_probe usable       fills the whole usable size of many blocks, frees: must pass
+ *   secure_probe double-free  frees a block twice: must abort
+ *   secure_probe guard        writes one byte just past a large block's pages: must fault
+ *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
+ *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
+ *
+ * Before the misuse each prints "block <address>" (and flushes), so that the
+ * test can match the report's address. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Hides a pointer from the compiler's analyses (no warnings about the
+ * deliberate misuse, no folding of the calls). */
+static void* launder(void* p) {
+  __asm__ volatile("" : "+r"(p));
+  return p;
+}
+
+static void say_block(uintptr_t p) {
+  printf("block 0x%lx\n", (unsigned long)p);
+  fflush(stdout);
+}
+
+static int overflow(int at_usable) {
+  char* p = launder(malloc(40));
+  size_t usable = malloc_usable_size(p);
+  size_t at = at_usable ? usable : 40;
+  printf("usable %zu\n", usable);
+  say_block((uintptr_t)p);
+  memset(p, 'a', 40);
+  memset(p + at, 'X', 8); /* the overflow */
+  free(p);
+  printf("survived\n");
+  return 0;
+}
+
+static int usable_is_usable(void) {
+  /* Every size up to 4 KiB and some above: filling the whole usable size
+   * must not touch the canary (the free would report an overflow). */
+  for (size_t size = 1; size <= 70000; size += (size < 4096 ? 1 : 997)) {
+    unsigned char* p = launder(malloc(size));
+    size_t usable = malloc_usable_size(p);
+    if (p == NULL || usable < size) {
+      printf("malloc(%zu): usable %zu\n", size, usable);
+      return 1;
+    }
+    memset(p, 0xA5, usable);
+    free(p);
+  }
+  printf("usable ok\n");
+  return 0;
+}
+
+static int double_free(void) {
+  char* p = launder(malloc(40));
+  uintptr_t address = (uintptr_t)p;
+  say_block(address);
+  free(p);
+  free(launder((void*)address));
+  printf("survived\n");
+  return 0;
+}
+
+static int guard(void) {
+  char* p = launder(malloc(100000));
+  size_t usable = malloc_usable_size(p);
+  size_t end = (usable + 4095) & ~(size_t)4095;
+  printf("usable %zu, writing at offset %zu\n", usable, end);
+  fflush(stdout);
+  memset(p, 'a', usable); /* all of the block is writable */
+  p[end] = 'X';           /* the guard page */
+  printf("survived\n");
+  return 0;
+}
+
+static int order(void) {
+  enum { kBlocks = 200 };
+  void* blocks[kBlocks];
+  for (int i = 0; i < kBlocks; ++i) blocks[i] = malloc(64);
+  int ascending = 0;
+  for (int i = 1; i < kBlocks; ++i) ascending += (uintptr_t)blocks[i] > (uintptr_t)blocks[i - 1];
+  printf("ascending pairs %d of %d\n", ascending, kBlocks - 1);
+  for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
+  return 0;
+}
+
+static int reuse(void) {
+  void* p = launder(malloc(64));
+  uintptr_t freed = (uintptr_t)p;
+  free(p);
+  for (int i = 0; i < 100; ++i) {
+    void* q = malloc(64);
+    if ((uintptr_t)q == freed) {
+      printf("freed block 0x%lx handed out again by malloc number %d\n", (unsigned long)freed, i + 1);
+      return 1;
+    }
+  }
+  printf("reuse ok\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "overflow") == 0) return overflow(0);
+  if (strcmp(mode, "at-usable") == 0) return overflow(1);
+  if (strcmp(mode, "usable") == 0) return usable_is_usable();
+  if (strcmp(mode, "double-free") == 0) return double_free();
+  if (strcmp(mode, "guard") == 0) return guard();
+  if (strcmp(mode, "order") == 0) return order();
+  if (strcmp(mode, "reuse") == 0) return reuse();
+  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|order|reuse\n", argv[0]);
+  return 2;
+}

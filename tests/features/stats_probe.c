@@ -1,0 +1,108 @@
+/* Statistics probes (docs/observability.md), linked with libxalloc.so (so
+ * malloc is xalloc's) and run by features_test.cpp, some with XALLOC_STATS=1.
+ *
+ *   stats_probe requests N S   N x malloc(S), one malloc(200000) (large), all
+ *                              kept; prints "class <usable size of an S-byte block>"
+ *   stats_probe large-first    the first allocation is malloc(200000), kept
+ *   stats_probe print          xalloc_stats_print() and malloc_stats() with
+ *                              live blocks; prints "printed" after them
+ *   stats_probe mallinfo       mallinfo2().uordblks and xalloc_get_stats().in_use
+ *                              follow allocations and frees; prints "mallinfo ok"
+ *                              or what went wrong (exit 1)
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc/xalloc.h"
+
+static void* volatile g_sink;
+
+static int requests(size_t n, size_t size) {
+  void** blocks = malloc(n * sizeof(void*));
+  for (size_t i = 0; i < n; ++i) blocks[i] = malloc(size);
+  void* large = malloc(200000);
+  printf("class %zu\n", malloc_usable_size(blocks[0]));
+  g_sink = blocks;
+  g_sink = large;
+  return 0;
+}
+
+static int large_first(void) {
+  g_sink = malloc(200000);
+  printf("allocated\n");
+  return 0;
+}
+
+static int print(void) {
+  void* blocks[100];
+  for (int i = 0; i < 100; ++i) blocks[i] = malloc(100);
+  fflush(stdout);
+  xalloc_stats_print();
+  fprintf(stderr, "-- malloc_stats:\n");
+  malloc_stats();
+  printf("printed\n");
+  for (int i = 0; i < 100; ++i) free(blocks[i]);
+  return 0;
+}
+
+#define EXPECT(cond, ...)                                   \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      printf("failed: %s: ", #cond);                        \
+      printf(__VA_ARGS__);                                  \
+      printf("\n");                                         \
+      return 1;                                             \
+    }                                                       \
+  } while (0)
+
+static size_t in_use(void) {
+  xalloc_stats_t stats;
+  xalloc_get_stats(&stats);
+  return stats.in_use;
+}
+
+static int mallinfo_follows(void) {
+  enum { kBlocks = 1000, kSize = 100 };
+  static void* blocks[kBlocks];
+  /* Settle: the first allocations set up the heap. */
+  free(malloc(16));
+  size_t before = mallinfo2().uordblks;
+  size_t stats_before = in_use();
+  EXPECT(before == stats_before, "uordblks %zu, xalloc_get_stats in_use %zu", before, stats_before);
+  for (int i = 0; i < kBlocks; ++i) blocks[i] = malloc(kSize);
+  size_t usable = malloc_usable_size(blocks[0]);
+  size_t with_small = mallinfo2().uordblks;
+  /* Live bytes, rounded to the class: exactly 1000 x the class size. */
+  EXPECT(with_small - before == kBlocks * usable, "uordblks grew by %zu for %d blocks of %zu bytes",
+         with_small - before, kBlocks, usable);
+  void* large = malloc(1 << 20);
+  size_t with_large = mallinfo2().uordblks;
+  EXPECT(with_large - with_small >= (1 << 20) && with_large - with_small <= (1 << 20) + 8192,
+         "uordblks grew by %zu for a 1 MiB block", with_large - with_small);
+  struct mallinfo2 info = mallinfo2();
+  EXPECT(info.uordblks == in_use(), "uordblks %zu, in_use %zu", info.uordblks, in_use());
+  EXPECT(info.arena >= info.uordblks, "arena %zu < uordblks %zu", info.arena, info.uordblks);
+  EXPECT(info.fordblks == info.arena - info.uordblks, "fordblks %zu != arena %zu - uordblks %zu", info.fordblks,
+         info.arena, info.uordblks);
+  free(large);
+  for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
+  size_t after = mallinfo2().uordblks;
+  EXPECT(after == before, "uordblks %zu after freeing everything, %zu before", after, before);
+  printf("mallinfo ok: %zu bytes in use, +%zu with %d x malloc(%d), +%zu with malloc(1 MiB)\n", before,
+         with_small - before, kBlocks, kSize, with_large - with_small);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "requests") == 0 && argc == 4)
+    return requests(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
+  if (strcmp(mode, "large-first") == 0) return large_first();
+  if (strcmp(mode, "print") == 0) return print();
+  if (strcmp(mode, "mallinfo") == 0) return mallinfo_follows();
+  fprintf(stderr, "usage: %s requests N SIZE | large-first | print | mallinfo\n", argv[0]);
+  return 2;
+}
