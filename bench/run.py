@@ -4,7 +4,7 @@
 usage: bench/run.py [--quick | --full] [--only WORKLOAD,...] [--alloc NAME,...]
                     [--reps K] [--out DIR] [--build-dir DIR] [--bin-dir DIR]
                     [--threads N] [--timeout SECONDS] [--no-micro]
-                    [--no-fastpath] [--fastpath] [--list]
+                    [--no-fastpath] [--fastpath] [--no-timeline] [--list]
 
 Each workload (bench/suite.py) runs under each contender - glibc without a
 preload, the others injected with LD_PRELOAD - interleaved (A B C ... A B
@@ -20,6 +20,14 @@ written as the suite goes), results.json (everything), summary.csv (medians
 per workload and contender), report.md (tables, geometric means, charts),
 *.png charts drawn with gnuplot (with their .dat/.gp sources), logs/ (stderr
 of failed runs). The summary is printed at the end.
+
+RSS over time: for the workloads flagged `timeline` in suite.py
+(producer-consumer, free-1g) the runner samples the program's resident set
+(/proc/<pid>/statm, the VmRSS figure) every 20 ms during the first run of
+each contender, from a thread that only reads /proc. The samples go to
+timeline-<workload>.dat (one block per contender: seconds since the start,
+MiB) and the chart timeline-<workload>.png, embedded in that workload's
+section of report.md. On by default; --no-timeline turns it off.
 
 --quick (default): small sizes, K=2; the whole suite takes 4-6 minutes on
 a 2-core machine.
@@ -60,18 +68,88 @@ MICRO = "microbench"
 # result obtained with non-default settings says so.
 TUNING_ENV = re.compile(r"^(MALLOC_|MIMALLOC_|JE_MALLOC_CONF|TCMALLOC_|SCUDO_|GLIBC_TUNABLES|XALLOC_|TBB_)")
 KV_LINE = re.compile(r"^([a-z][a-z0-9_]*)=(.*)$")
+TIMELINE_INTERVAL_S = 0.02
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+TERM = "set terminal pngcairo size {w},{h} font 'sans,10'"  # gnuplot's, for every chart
 
 
 # --------------------------------------------------------------------------
 # Running one program
 # --------------------------------------------------------------------------
 
+def child_of(pid: int) -> int | None:
+    """The child process of `pid` (xbench_launch has exactly one: the
+    program). /proc/<pid>/task/<pid>/children where the kernel has it,
+    else a scan of /proc for the parent pid."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    except OSError:
+        pass
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            return int(entry)
+    return None
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set of `pid` in KiB (VmRSS; 0 for a zombie); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KIB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RssSampler(threading.Thread):
+    """Samples the RSS of the program that xbench_launch `launcher_pid`
+    runs, every TIMELINE_INTERVAL_S, as (seconds since `t0`, KiB) pairs,
+    until the program is gone or stop(). Its pid is the launcher's child
+    from the fork on (exec keeps it). A read of /proc costs ~10 us, so the
+    run does not notice the sampling."""
+
+    def __init__(self, launcher_pid: int, t0: float):
+        super().__init__(daemon=True)
+        self.launcher_pid, self.t0 = launcher_pid, t0
+        self.samples: list[tuple[float, int]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        pid = None
+        while pid is None and not self.done.wait(0.001):  # polled until the fork, so the line starts near 0
+            pid = child_of(self.launcher_pid)
+        due = time.perf_counter()
+        while pid is not None and not self.done.is_set():
+            kib = rss_kib(pid)
+            now = time.perf_counter()
+            if kib is None:
+                break
+            if kib:
+                self.samples.append((now - self.t0, kib))
+            due = max(due + TIMELINE_INTERVAL_S, now)
+            self.done.wait(due - now)
+
+    def stop(self) -> list[tuple[float, int]]:
+        self.done.set()
+        self.join()
+        return self.samples
+
+
 def run_program(cmd: list[str], preload: str, env: dict[str, str], timeout: float, workdir: str,
-                launcher: str) -> dict:
+                launcher: str, timeline: bool = False) -> dict:
     """Runs cmd through xbench_launch (see bench/common/launch.c) in its own
     session, stdout/stderr to files, LD_PRELOAD=preload in the program only.
     Returns wall seconds, the program's user/sys seconds and peak RSS (KiB)
-    from wait4, its exit status, whether it timed out, and its output."""
+    from wait4, its exit status, whether it timed out, and its output; with
+    `timeline`, also its RSS over time (RssSampler) as "timeline"."""
     out_path = os.path.join(workdir, "stdout")
     err_path = os.path.join(workdir, "stderr")
     rep_path = os.path.join(workdir, "rusage")
@@ -87,6 +165,9 @@ def run_program(cmd: list[str], preload: str, env: dict[str, str], timeout: floa
 
     start = time.perf_counter()
     pid = os.posix_spawn(launcher, argv, env, file_actions=actions, setsid=True)
+    sampler = RssSampler(pid, start) if timeline else None
+    if sampler:
+        sampler.start()
 
     def kill() -> None:
         timed_out.set()
@@ -105,6 +186,7 @@ def run_program(cmd: list[str], preload: str, env: dict[str, str], timeout: floa
         raise
     finally:
         timer.cancel()
+        samples = sampler.stop() if sampler else None
     wall = time.perf_counter() - start
     try:  # anything the program left behind in its session goes too
         os.killpg(pid, signal.SIGKILL)
@@ -112,7 +194,8 @@ def run_program(cmd: list[str], preload: str, env: dict[str, str], timeout: floa
         pass
 
     res = {"wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "maxrss_kb": None,
-           "exit": None, "timed_out": timed_out.is_set(), "launcher_exit": os.waitstatus_to_exitcode(status)}
+           "exit": None, "timed_out": timed_out.is_set(), "launcher_exit": os.waitstatus_to_exitcode(status),
+           "timeline": samples}
     try:
         with open(rep_path) as f:
             rep = dict(line.strip().split("=", 1) for line in f if "=" in line)
@@ -278,6 +361,8 @@ class Runner:
         self.runs: list[dict] = []
         self.micro: dict = {}
         self.fastpath: dict | None = None
+        self.timeline = not args.no_timeline
+        self.timelines: dict[str, dict[str, list[tuple[float, int]]]] = {}  # workload -> contender -> samples
 
         wanted = [a for a in (args.alloc or "").split(",") if a]
         all_contenders = suite.contenders(self.build_dir)
@@ -376,11 +461,11 @@ class Runner:
         return n * self.reps * len(self.available())
 
     def run_one(self, label: str, cmd: list[str], env: dict, output: str, time_key: str | None,
-                step: int, total: int, c: suite.Contender, rep: int) -> dict:
+                step: int, total: int, c: suite.Contender, rep: int, timeline: bool = False) -> dict:
         elapsed = fmt_hms(time.monotonic() - self.started)
         self.progress(f"[{step:4d}/{total}  {elapsed}] {label:18s} {c.name:9s} run {rep}/{self.reps} ... ", end="")
         with tempfile.TemporaryDirectory(prefix="xbench-") as tmp:
-            res = run_program(cmd, self.libs[c.name] or "", env, self.timeout, tmp, self.launcher)
+            res = run_program(cmd, self.libs[c.name] or "", env, self.timeout, tmp, self.launcher, timeline)
         status = classify(res)
         metrics = parse_metrics(res["stdout"], output)
         time_s = res["wall_s"]
@@ -403,6 +488,8 @@ class Runner:
             self.progress(f"{status.upper()}  ({run['detail'] or 'no message'})")
         else:
             self.progress(f"ok  {fmt_time(time_s):>7} s  {fmt_mib(res['maxrss_kb']):>6} MiB")
+            if res["timeline"]:
+                self.timelines.setdefault(label, {})[c.name] = res["timeline"]
         return run
 
     def run_workloads(self) -> None:
@@ -425,7 +512,9 @@ class Runner:
                 for c in self.available():
                     step += 1
                     env = self.env_for(c, w.env)
-                    self.record(self.run_one(w.name, cmd, env, w.output, w.time_key, step, total, c, rep))
+                    timeline = self.timeline and w.timeline and rep == 1  # one run is enough for the chart
+                    self.record(self.run_one(w.name, cmd, env, w.output, w.time_key, step, total, c, rep,
+                                             timeline))
 
     def run_microbench(self) -> None:
         exe = os.path.join(self.bin_dir, "microbench")
@@ -624,11 +713,13 @@ class Runner:
             "environment": self.environment(),
             "contenders": {c.name: {"library": self.libs[c.name], "expect": c.expect} for c in self.contenders},
             "workloads": {w.name: {"command": self.command(w), "origin": w.origin, "what": w.what,
-                                   "time_key": w.time_key or "wall"} for w in self.workloads},
+                                   "time_key": w.time_key or "wall", "timeline": w.timeline}
+                          for w in self.workloads},
             "reference": an["ref"], "complete_workloads": an["complete"],
             "geomean": an["geomean"], "pairwise_vs_reference": an["pairwise"],
             "degradation": self.degradation(an["table"]),
             "runs": self.runs, "microbench": self.micro, "fastpath": self.fastpath,
+            "timelines_kib": self.timelines,
         }
         self.env_info = data["environment"]
         with open(os.path.join(self.out_dir, "results.json"), "w") as f:
@@ -652,12 +743,11 @@ class Runner:
 
     def draw_charts(self, an: dict) -> dict[str, str]:
         """Draws the charts with gnuplot; returns {chart: file name}."""
+        charts = self.draw_timelines()
         if shutil.which("gnuplot") is None:
-            return {}
+            return charts
         ref = an["ref"]
         avail = an["available"]
-        charts = {}
-        term = "set terminal pngcairo size {w},{h} font 'sans,10'"
         # Geometric means (one bar per contender).
         for key, label, fname in (("time", "time", "geomean_time"), ("rss", "peak RSS", "geomean_rss")):
             rows = [(a, an["geomean"][a][key] / an["geomean"][ref][key])
@@ -671,7 +761,7 @@ class Runner:
             gp = os.path.join(self.out_dir, f"{fname}.gp")
             with open(gp, "w") as f:
                 f.write("\n".join([
-                    term.format(w=800, h=450),
+                    TERM.format(w=800, h=450),
                     f"set output '{fname}.png'",
                     f"set title 'Geometric mean of {label} over {len(an['complete'])} workloads, relative to {ref} (lower is better)'",
                     "set style fill solid 0.8 border -1", "set boxwidth 0.6", "set grid ytics",
@@ -702,7 +792,7 @@ class Runner:
                 for i, a in enumerate(avail))
             with open(gp, "w") as f:
                 f.write("\n".join([
-                    term.format(w=max(900, min(2400, 8 * len(names) * (len(avail) + 1) + 200)), h=560),
+                    TERM.format(w=max(900, min(2400, 8 * len(names) * (len(avail) + 1) + 200)), h=560),
                     f"set output '{fname}.png'",
                     f"set title 'Median {label} per workload relative to {ref} (log scale, lower is better)'",
                     "set style data histograms", "set style histogram clustered gap 1",
@@ -710,6 +800,36 @@ class Runner:
                     "set xtics rotate by -40 left", "set key outside right top", "set bmargin 8",
                     "set datafile missing 'NaN'", f"set ylabel '{label} / {ref}'",
                     "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb 'black'",
+                    f"plot {plots}", "",
+                ]))
+            if self._gnuplot(gp):
+                charts[fname] = f"{fname}.png"
+        return charts
+
+    def draw_timelines(self) -> dict[str, str]:
+        """Writes timeline-<workload>.dat (a block per contender: seconds,
+        RSS MiB) and, with gnuplot, draws it: {"timeline-<workload>": png}."""
+        charts = {}
+        for name, per in self.timelines.items():
+            fname = f"timeline-{name}"
+            order = [a for a in self.contenders_names() if a in per]
+            with open(os.path.join(self.out_dir, f"{fname}.dat"), "w") as f:
+                f.write(f"# RSS of {name} over time, first run of each contender: seconds since start, MiB\n")
+                for a in order:
+                    f.write(f"# {a}\n" + "".join(f"{t:.3f} {kib / 1024:.1f}\n" for t, kib in per[a]) + "\n\n")
+            if shutil.which("gnuplot") is None:
+                continue
+            plots = ", ".join(f"'{fname}.dat' index {i} using 1:2 with lines lw 2 title '{a}'"
+                              for i, a in enumerate(order))
+            gp = os.path.join(self.out_dir, f"{fname}.gp")
+            with open(gp, "w") as f:
+                f.write("\n".join([
+                    TERM.format(w=900, h=500),
+                    f"set output '{fname}.png'",
+                    f"set title 'RSS over time: {name} ({self.mode} mode, first run of each contender, "
+                    f"sampled every {TIMELINE_INTERVAL_S * 1000:.0f} ms)'",
+                    "set xlabel 'seconds since start'", "set ylabel 'RSS (MiB)'", "set grid",
+                    "set xrange [0:*]", "set yrange [0:*]", "set key outside right top",
                     f"plot {plots}", "",
                 ]))
             if self._gnuplot(gp):
@@ -875,6 +995,12 @@ class Runner:
                          f"{fmt_mib(ms[0])}-{fmt_mib(ms[1])} | {fmt_ratio(m / rm) if rm else '-'} |{best_m} |"
                          + "".join(f" {fmt_num(cell.median(k))} |" for k in w.metrics))
             L.append("")
+            if f"timeline-{w.name}" in charts:
+                L.append(f"RSS over time, sampled every {TIMELINE_INTERVAL_S * 1000:.0f} ms during the first run "
+                         f"of each contender (data: `timeline-{w.name}.dat`):")
+                L.append("")
+                L.append(f"![RSS over time: {w.name}](timeline-{w.name}.png)")
+                L.append("")
 
         # Microbenchmarks.
         if self.micro:
@@ -973,6 +1099,8 @@ def main() -> int:
     ap.add_argument("--no-micro", action="store_true", help="skip the Google Benchmark microbenchmarks")
     ap.add_argument("--no-fastpath", action="store_true", help="skip the callgrind fast-path counts")
     ap.add_argument("--fastpath", action="store_true", help="only the callgrind fast-path counts")
+    ap.add_argument("--no-timeline", action="store_true",
+                    help="do not sample RSS over time (the timeline-*.png charts)")
     ap.add_argument("--list", action="store_true", help="list the workloads and contenders and exit")
     args = ap.parse_args()
     if args.reps is not None and args.reps < 1:

@@ -4,7 +4,9 @@ Every workload is one program from bench/workloads/ (or the Ruby script)
 with two argument lists: `quick` (a run of the whole suite finishes in
 minutes) and `full` (bigger sizes; the seeds' and the field's published
 parameters where they fit this class of machine). `{n}` in an argument is
-replaced by the number of CPUs, `{n2}` by twice that.
+replaced by the number of CPUs, `{n2}` by twice that. Workloads flagged
+`timeline` also get their resident memory sampled while they run (run.py
+draws it as an RSS-over-time chart).
 
 Standard library only.
 """
@@ -31,6 +33,7 @@ class Workload:
     metrics: tuple[str, ...] = ()  # stdout keys shown in the report
     env: dict[str, str] = field(default_factory=dict)
     output: str = "kv"            # "kv" (key=value lines) or "ruby" ("rss_kb,duration")
+    timeline: bool = False        # sample its RSS while it runs, for the RSS-over-time chart
 
 
 def _w(*args, **kwargs) -> Workload:
@@ -56,7 +59,7 @@ WORKLOADS: list[Workload] = [
        metrics=("rss_end_kb", "rss_per_live", "rss_after_free_kb", "live_after_free_kb")),
     _w("producer-consumer", "producer_consumer", ("4", "1m", "64"), ("4", "5m", "64"), "seed 004",
        "4 producers hand 64 B blocks one by one to 4 consumers that free them",
-       metrics=("blocks_per_s",)),
+       metrics=("blocks_per_s",), timeline=True),
     # --- seed 002: smalloc's aww and free hotspot ------------------------------
     _w("aww-128", "aww", ("128", "10000"), ("128", "20000"), "seed 002",
        "128 threads allocate 8-256 B, write and free, as fast as they can",
@@ -154,6 +157,11 @@ WORKLOADS: list[Workload] = [
     _w("realloc-growth", "realloc_growth", ("10m",), ("50m",), "suite",
        "64 buffers grown by exact-fit and 1.5x realloc, up to 4 MiB",
        metrics=("ns_per_append", "reallocs")),
+    _w("free-1g", "free_1g", ("4", "256"), ("4", "1024"), "suite",
+       "4 threads allocate 1 GiB (quick: 256 MiB) of 16 B-512 KiB blocks, then free it, half remotely; "
+       "time = allocate + free",
+       time_key="time_s",
+       metrics=("rss_peak_mb", "rss_after_free_mb", "rss_after_1s_mb", "rss_after_trim_mb"), timeline=True),
 ]
 
 # Workloads whose ratio is reported as the seed-000 degradation figure:
