@@ -174,7 +174,6 @@ void heap_periodic(Heap* heap) {
   uint64_t now = os::monotonic_ms();
   g_spans.maybe_purge(now);
   huge_cache_maybe_purge(now);
-  orphans_collect_some(heap);
 }
 
 #if defined(XALLOC_DEBUG_CHECKS)
@@ -330,7 +329,9 @@ void heap_drain_inbox(Heap* heap) {
   FreeBlock* lists[kLanes];
   size_t active = 0;
   for (size_t lane = 0; lane < kLanes; ++lane) {
-    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acquire);
+    // acq_rel: see the senders' links, and let a sender that pushes after
+    // this see whether the heap was orphaned (thread_heap_teardown).
+    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
     if (lists[lane] != nullptr) ++active;
   }
   // The lanes side by side: their next blocks are loaded independently.

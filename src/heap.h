@@ -11,8 +11,8 @@
 // Heaps outlive their threads: at thread exit a heap returns its empty
 // slabs, keeps the ones with live blocks and becomes an orphan, which the
 // next new thread adopts (thread_registry.cpp). Frees that arrive for an
-// orphan's slabs land in its inbox; other threads drain orphans' inboxes
-// in their slow paths so that those slabs still empty and return.
+// orphan's slabs land in its inbox, and the thread that sent them drains it
+// at once (orphan_collect), so that those slabs still empty and return.
 #pragma once
 
 #include <atomic>

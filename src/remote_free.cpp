@@ -1,6 +1,7 @@
 #include "remote_free.h"
 
 #include "heap.h"
+#include "thread_registry.h"
 
 namespace xalloc {
 
@@ -31,8 +32,11 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   FreeBlock* old = inbox.load(std::memory_order_relaxed);
   do {
     set_remote_next(tail, old);
-    // Release: the owner's exchange (acquire) must see the links written above.
-  } while (!inbox.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
+    // Release: the owner's exchange must see the links written above.
+    // Acquire: see the orphaned state of a heap whose final drain came first.
+  } while (!inbox.compare_exchange_weak(old, head, std::memory_order_acq_rel, std::memory_order_relaxed));
+  // An exited thread's heap drains nothing itself: the sender does.
+  if (dest->state.load(std::memory_order_relaxed) == HeapState::kOrphan) return orphan_collect(dest);
   if (bytes == 0) return;
   size_t pending = dest->inbox_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);

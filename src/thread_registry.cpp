@@ -32,7 +32,6 @@ bool g_have_heap_key = false;
 Mutex g_registry_lock;
 std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
 Heap* g_orphans = nullptr;
-std::atomic<bool> g_have_orphans{false};
 
 // Heaps come from pages mapped for them and are never unmapped.
 constexpr size_t kHeapChunkBytes = 64 * 1024;
@@ -98,7 +97,6 @@ Heap* pop_orphan_locked() {
   if (heap != nullptr) {
     g_orphans = heap->next_orphan;
     heap->next_orphan = nullptr;
-    g_have_orphans.store(g_orphans != nullptr, std::memory_order_relaxed);
   }
   return heap;
 }
@@ -106,7 +104,6 @@ Heap* pop_orphan_locked() {
 void push_orphan_locked(Heap* heap) {
   heap->next_orphan = g_orphans;
   g_orphans = heap;
-  g_have_orphans.store(true, std::memory_order_relaxed);
 }
 
 // pthread key destructor: the thread is exiting.
@@ -117,6 +114,11 @@ void thread_heap_teardown(void* arg) {
   t_heap_torn_down = true;
   LockGuard guard(g_registry_lock);
   heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+  // Blocks sent while this thread was collecting, by threads that still saw
+  // it active. Any sender whose push comes after this drain's exchange
+  // synchronizes with it (acq_rel on both sides), so it sees kOrphan and
+  // drains itself (inbox_push).
+  heap_drain_inbox(heap);
   push_orphan_locked(heap);
 }
 
@@ -217,28 +219,11 @@ Heap* thread_heap_for_free() {
   return thread_heap_acquire();
 }
 
-void orphans_collect_some(Heap* self) {
-  (void)self;
-  if (!g_have_orphans.load(std::memory_order_relaxed)) return;
-  Heap* victim = nullptr;
-  {
-    // Take out the first orphan that has frees waiting; while it is out of
-    // the list nobody else can adopt or collect it.
-    LockGuard guard(g_registry_lock);
-    Heap** link = &g_orphans;
-    for (int scanned = 0; *link != nullptr && scanned < 8; ++scanned, link = &(*link)->next_orphan) {
-      if (inbox_pending(*link)) {
-        victim = *link;
-        *link = victim->next_orphan;
-        victim->next_orphan = nullptr;
-        break;
-      }
-    }
-  }
-  if (victim == nullptr) return;
-  heap_drain_inbox(victim);
+void orphan_collect(Heap* heap) {
+  // Orphans are adopted and drained only under the registry lock, so a heap
+  // seen orphaned here is touched by nobody else meanwhile.
   LockGuard guard(g_registry_lock);
-  push_orphan_locked(victim);
+  if (heap->state.load(std::memory_order_relaxed) == HeapState::kOrphan) heap_drain_inbox(heap);
 }
 
 void orphans_collect_all() {

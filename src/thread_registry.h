@@ -26,9 +26,10 @@ Heap* thread_heap_acquire();
 // destructors running late), which then frees without buffering.
 Heap* thread_heap_for_free();
 
-// Other threads' slow paths drain orphans' inboxes, so slabs of exited
-// threads still empty out and return.
-void orphans_collect_some(Heap* self);
+// Drains the inbox of `heap` if its thread has exited: called by the thread
+// that just sent it blocks, so slabs of exited threads still empty out and
+// return even when no thread is created to adopt them.
+void orphan_collect(Heap* heap);
 // Drains every orphan's inbox (malloc_trim).
 void orphans_collect_all();
 

@@ -156,6 +156,28 @@ TEST(Churn, ThreadsThatOnlyFreeOthersBlocks) {
       << after.committed;
 }
 
+TEST(Churn, BlocksOfAnExitedThreadComeBackWithoutTrim) {
+  // The owner is gone and no new thread adopts its heap: the freeing thread
+  // must drain the orphan's inbox itself, so the slabs empty and return.
+  xalloc_thread_collect();
+  xalloc_stats_t before;
+  xalloc_get_stats(&before);
+  std::vector<void*> blocks;
+  std::thread([&blocks] {
+    for (size_t i = 0; i < 32 * kMiB / 1024; ++i) blocks.push_back(xalloc_malloc(1000));
+  }).join();
+  for (void* p : blocks) xalloc_free(p);
+  xalloc_thread_collect();  // sends this thread's last, partly filled batch
+  xalloc_stats_t after;
+  xalloc_get_stats(&after);
+  EXPECT_LE(after.in_use, before.in_use + kMiB)
+      << "blocks freed into an exited thread's heap stayed in its inbox: in use " << before.in_use << " -> "
+      << after.in_use;
+  EXPECT_LE(after.committed, before.committed + 16 * kMiB)
+      << "emptied slabs of an exited thread were kept: committed " << before.committed << " -> "
+      << after.committed;
+}
+
 namespace {
 
 pthread_key_t g_keys[3];
