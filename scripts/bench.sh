@@ -39,7 +39,7 @@ bin_dir="$build/bench/bin"
 lib_dir="$build"
 # Only what the suite runs: the allocator (target xalloc) and the programs
 # (target xbench); the test suite is not needed here.
-if cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release &&
+if cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXALLOC_BUILD_BENCH=ON &&
    cmake --build "$build" -j"$jobs" --target xalloc xbench; then
   :
 else
