@@ -342,7 +342,10 @@ void* maybe_sample(Heap* heap, size_t size, size_t alignment) {
   t_in_sampler = true;
   void* frames[kMaxFrames];
   int depth = stack_trace_capture(frames, kMaxFrames, 0);
-  void* block = large_alloc(size, alignment, false);
+  // A span of its own, where the sampled mark lives; above the large
+  // threshold the block is huge, as it would be unsampled (a span of most of
+  // a segment would be purged at once when freed).
+  void* block = size <= kMaxLargeSize ? large_alloc(size, alignment, false) : huge_alloc(size, alignment, false);
   if (block != nullptr) {
     lookup_page(reinterpret_cast<uintptr_t>(block))->sampled = 1;
     record(block, size, frames, depth);
@@ -360,20 +363,47 @@ void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
 // gets its heap while the profiler is still starting.
 int64_t first_countdown() { return g_options.prof || g_options.leaks ? next_interval() : INT64_MAX; }
 
-void forget(void* block) {
-  auto address = reinterpret_cast<uintptr_t>(block);
-  LockGuard guard(g_lock);
+// The slot of a live sample of `address`, or null.
+Sample* find_sample_locked(uintptr_t address) {
   for (size_t probe = 0; probe < kSampleSlots; ++probe) {
     Sample& s = g_samples[(sample_slot(address) + probe) & (kSampleSlots - 1)];
-    if (s.block == 0) return;
-    if (s.block == address) {
-      Stack& st = g_stacks[s.stack];
-      st.live_count--;
-      st.live_bytes -= s.size;
-      s.block = kTombstone;
+    if (s.block == 0) return nullptr;
+    if (s.block == address) return &s;
+  }
+  return nullptr;
+}
+
+void forget(void* block) {
+  LockGuard guard(g_lock);
+  Sample* s = find_sample_locked(reinterpret_cast<uintptr_t>(block));
+  if (s == nullptr) return;
+  Stack& st = g_stacks[s->stack];
+  st.live_count--;
+  st.live_bytes -= s->size;
+  s->block = kTombstone;
+}
+
+void moved(void* old_block, void* new_block, size_t size) {
+  LockGuard guard(g_lock);
+  Sample* s = find_sample_locked(reinterpret_cast<uintptr_t>(old_block));
+  if (s == nullptr) return;
+  Stack& st = g_stacks[s->stack];
+  st.live_bytes += size - s->size;
+  s->size = size;
+  if (new_block == old_block) return;
+  Sample copy = *s;
+  s->block = kTombstone;
+  copy.block = reinterpret_cast<uintptr_t>(new_block);
+  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
+    Sample& slot = g_samples[(sample_slot(copy.block) + probe) & (kSampleSlots - 1)];
+    if (slot.block == 0 || slot.block == kTombstone) {
+      slot = copy;
       return;
     }
   }
+  st.live_count--;  // no room (never with fewer live samples than slots)
+  st.live_bytes -= size;
+  ++g_dropped;
 }
 
 bool dump(const char* prefix) {

@@ -60,6 +60,10 @@ int64_t first_countdown();
 // A sampled block is being freed.
 void forget(void* block);
 
+// A sampled block was resized in place or moved by realloc: it stays
+// sampled, now `size` bytes at `new_block`.
+void moved(void* old_block, void* new_block, size_t size);
+
 // Writes the profiles now (prefix null: the configured one).
 bool dump(const char* prefix);
 

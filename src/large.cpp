@@ -139,7 +139,7 @@ void large_free(Page* page) {
 void* large_realloc(Page* page, void* ptr, size_t size) {
   size_t old_usable = page->large_usable;
   // Secure mode moves the block (and its guard page) instead.
-  if (!secure::kEnabled && !page->sampled && size > kMaxSlabSize && size <= kMaxLargeSize) {
+  if (!secure::kEnabled && size > kMaxSlabSize && size <= kMaxLargeSize) {
     size_t usable = round_up(size, kOsPageSize);
     size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
     if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
@@ -148,6 +148,7 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
       stats::add(stats::g_global.large_in_use, usable);
       stats::sub(stats::g_global.large_in_use, old_usable);
       page->large_usable = usable;
+      if (XALLOC_UNLIKELY(page->sampled)) prof::moved(ptr, ptr, size);
       return ptr;
     }
   }
@@ -240,9 +241,13 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
   size_t old_mapping = segment->mapping_size;
   size_t old_usable = segment->huge_usable;
-  if (!secure::kEnabled && !segment->pages[0].sampled && size > kMaxLargeSize) {
+  bool sampled = segment->pages[0].sampled;
+  if (!secure::kEnabled && size > kMaxLargeSize) {
     size_t mapping = round_up(offset + size, kOsPageSize);
-    if (mapping <= old_mapping && mapping * 2 > old_mapping) return ptr;  // fits, not much idle
+    if (mapping <= old_mapping && mapping * 2 > old_mapping) {  // fits, not much idle
+      if (XALLOC_UNLIKELY(sampled)) prof::moved(ptr, ptr, size);
+      return ptr;
+    }
     bool resized = false;
     Segment* moved = segment;
     auto* base = reinterpret_cast<void*>(segment->base());
@@ -272,7 +277,12 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
       stats::sub(stats::g_global.large_in_use, old_usable);
       huge_setup(moved, mapping, offset);
       stats::add(stats::g_global.large_in_use, moved->huge_usable);
-      return reinterpret_cast<void*>(moved->pages[0].start);
+      void* block = reinterpret_cast<void*>(moved->pages[0].start);
+      if (XALLOC_UNLIKELY(sampled)) {
+        moved->pages[0].sampled = 1;
+        prof::moved(ptr, block, size);
+      }
+      return block;
     }
   }
   void* fresh = alloc(size);

@@ -459,6 +459,19 @@ TEST(Profiler, ThreadThatOnlyAllocatesLargeBlocksIsSampled) {
   EXPECT_TRUE(within(sites[0].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
 }
 
+// Buffers grown by realloc stay sampled as they are resized in place or
+// remapped, and count at their final size.
+TEST(Profiler, BuffersGrownByReallocCountAtTheirFinalSize) {
+  constexpr double kGrownBytes = 4.0 * 24 * kMiB;
+  Outcome r = run_program({XTEST_PROF_WORKLOAD, "realloc"},
+                          {preload(XTEST_LIBXALLOC), "XALLOC_LEAKS=1", "XALLOC_PROF_RATE=64k"}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::vector<LeakSite> sites = parse_leaks(r.err);
+  ASSERT_GE(sites.size(), 1u) << r.describe();
+  EXPECT_TRUE(names(sites[0], "grow_buffers")) << r.err;
+  EXPECT_TRUE(within(sites[0].bytes, kGrownBytes, 0.10, "grow_buffers' estimate")) << r.err;
+}
+
 // --- statistics (docs/observability.md) ----------------------------------------
 
 struct ClassRow {

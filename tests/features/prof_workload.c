@@ -11,7 +11,9 @@
  * `prof_workload` runs them on the main thread, `prof_workload thread` on a
  * second thread (the main thread allocating nothing itself), and
  * `prof_workload large-thread` only keep_medium, on a second thread that
- * allocates nothing else (after the main thread allocated a small block). */
+ * allocates nothing else (after the main thread allocated a small block).
+ * `prof_workload realloc` only grows 4 buffers by realloc, 1.5x at a time,
+ * to 24 MiB each (96 MiB live at exit, through large and huge blocks). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -65,6 +67,24 @@ __attribute__((noinline)) void* workload(void* arg) {
   return small; /* everything kept stays live at exit */
 }
 
+#define GROW_BUFFERS 4
+#define GROW_TARGET (24u << 20)
+
+__attribute__((noinline)) void* grow_buffers(void) {
+  void** buffers = calloc(GROW_BUFFERS, sizeof(void*));
+  if (buffers == NULL) return NULL;
+  for (int b = 0; b < GROW_BUFFERS; ++b) {
+    for (size_t size = 1000; size < GROW_TARGET; size += size / 2) {
+      buffers[b] = realloc(buffers[b], size);
+      if (buffers[b] == NULL) return NULL;
+      memset(buffers[b], b, size);
+    }
+    buffers[b] = realloc(buffers[b], GROW_TARGET);
+    if (buffers[b] == NULL) return NULL;
+  }
+  return buffers;
+}
+
 __attribute__((noinline)) void* large_only(void* arg) {
   keep_medium((void**)arg);
   return arg;
@@ -77,6 +97,8 @@ int main(int argc, char** argv) {
     pthread_t thread;
     if (medium == NULL || pthread_create(&thread, NULL, large_only, medium) != 0) return 1;
     pthread_join(thread, &result);
+  } else if (argc > 1 && strcmp(argv[1], "realloc") == 0) {
+    result = grow_buffers();
   } else if (argc > 1 && strcmp(argv[1], "thread") == 0) {
     pthread_t thread;
     if (pthread_create(&thread, NULL, workload, NULL) != 0) return 1;
