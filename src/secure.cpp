@@ -12,12 +12,18 @@ namespace xalloc {
 namespace secure {
 
 uintptr_t g_secret = 0x2545F4914F6CDD1Dull;
+uintptr_t g_link_secret = 0x9E3779B97F4A7C15ull;
+uintptr_t g_marker_secret = 0xD1B54A32D192ED03ull;
 
 namespace {
 __thread uint64_t t_random_state = 0;
 }
 
-void init_secret() { g_secret = os::random_u64() | 1; }
+void init_secret() {
+  g_secret = os::random_u64() | 1;
+  g_link_secret = os::random_u64();
+  g_marker_secret = os::random_u64() | 1;  // never 0 ^ a descriptor address
+}
 
 uint64_t next_random() {
   uint64_t x = t_random_state;

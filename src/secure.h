@@ -20,8 +20,12 @@ namespace xalloc::secure {
 
 inline constexpr bool kEnabled = XALLOC_SECURE != 0;
 
-// Random, set once at start-up.
-extern uintptr_t g_secret;
+// Random, set once at start-up. Separate keys, so that a value a program
+// may read in freed memory (an encoded link, a free marker) reveals nothing
+// about the canaries, whose key is g_secret.
+extern uintptr_t g_secret;         // canaries, thread random seeds
+extern uintptr_t g_link_secret;    // free-list and remote-list links
+extern uintptr_t g_marker_secret;  // free markers
 void init_secret();
 
 // Bytes at the end of every slab block that hold its canary.

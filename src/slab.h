@@ -30,15 +30,19 @@ namespace xalloc {
 
 // The marker of a free block of `page`. By default the address of the
 // slab's descriptor: it is in a register on the free path anyway, and no
-// program has reason to store it in its own data. In secure mode a value
-// derived from a secret, which a program cannot forge.
+// program has reason to store it in its own data. In secure mode it is
+// combined with a secret, which a program cannot forge.
 XALLOC_INLINE uintptr_t free_marker(const Page* page) {
   auto p = reinterpret_cast<uintptr_t>(page);
-  return secure::kEnabled ? secure::g_secret ^ secure::mix(p) : p;
+  return secure::kEnabled ? secure::g_marker_secret ^ p : p;
 }
 
+// The key of `page`'s free-list links: a secret, different in every slab.
+// A plain XOR is enough: a forged link must still decode to a block of the
+// same slab (next_free checks it), and mixing the slab address first would
+// not hide the key from a program that knows one link's decoded value.
 XALLOC_INLINE uintptr_t link_key(const Page* page) {
-  return secure::kEnabled ? secure::g_secret ^ secure::mix(reinterpret_cast<uintptr_t>(page) + 1) : 0;
+  return secure::kEnabled ? secure::g_link_secret ^ reinterpret_cast<uintptr_t>(page) : 0;
 }
 
 // True when `address` is the start of a block of `page` (a slab):
