@@ -30,6 +30,28 @@ void map_slices(Segment* segment, size_t first, size_t count, Page* page) {
   for (size_t i = first; i < first + count; ++i) segment->page_of_slice[i] = page;
 }
 
+// A descriptor that stops heading a span of its own: lookups that still
+// reach it see free memory.
+void mark_absorbed(Page* page) {
+  page->set_kind(PageKind::kFree);
+  page->owner = nullptr;
+}
+
+// Fresh fields of a descriptor becoming the head of a span in use (it may
+// hold anything a former span left in it).
+void init_used_span(Segment* segment, Page* span, size_t first, size_t slices, PageKind kind) {
+  span->free = nullptr;
+  span->needed = 0;
+  span->owner = nullptr;
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
+  span->start = segment->slice_address(first);
+  span->next = span->prev = nullptr;
+  span->set_state(SlabState::kDetached);
+  span->sampled = 0;
+  span->set_kind(kind);
+  map_slices(segment, first, slices, span);
+}
+
 }  // namespace
 
 // Bins hold free spans by length: exact for 1..8 slices, then four bins per
@@ -40,7 +62,7 @@ size_t SpanAllocator::bin_of(size_t slices) {
   return 8 + (e - 3) * 4 + ((slices >> (e - 2)) & 3);
 }
 
-void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at) {
+void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map) {
   Page* span = &segment->pages[first];
   span->set_kind(PageKind::kFree);
   span->set_state(SlabState::kDetached);
@@ -50,7 +72,18 @@ void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, ui
   span->slice_count = static_cast<uint16_t>(count) & 0xfff;
   span->start = segment->slice_address(first);
   span->freed_at = freed_at;
-  map_slices(segment, first, count, span);
+  if (map == Map::kAll) {
+    map_slices(segment, first, count, span);
+  } else {
+    segment->page_of_slice[first] = span;
+    segment->page_of_slice[first + count - 1] = span;
+  }
+  if (map == Map::kRest) {
+    // The rest of a free span whose front was taken: its entries that point
+    // before it (into the span now in use) form a prefix; they become ours.
+    for (size_t i = first + 1; i < first + count && segment->page_of_slice[i] < span; ++i)
+      segment->page_of_slice[i] = span;
+  }
 
   size_t bin = bin_of(count);
   span->prev = nullptr;
@@ -90,29 +123,26 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   segment->next = segments_;
   if (segments_ != nullptr) segments_->prev = segment;
   segments_ = segment;
-  insert_free(segment, 1, kPayloadSlices, 0);
+  insert_free(segment, 1, kPayloadSlices, 0, Map::kAll);
   return segment;
 }
 
 Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero) {
-  Page* span = take_fitting(slices);
-  if (span == nullptr) return nullptr;
-  remove_free(span);
-  Segment* segment = segment_of_page(span);
-  size_t first = segment->slice_index(span);
-  size_t total = span->slice_count;
-  uint64_t freed_at = span->freed_at;
-  if (total > slices) insert_free(segment, first + slices, total - slices, freed_at);
+  Page* free_span = take_fitting(slices);
+  if (free_span == nullptr) return nullptr;
+  remove_free(free_span);
+  Segment* segment = segment_of_page(free_span);
+  size_t first = segment->slice_index(free_span);
+  size_t total = free_span->slice_count;
+  // Taken from the front, so that a large block can later grow in place.
+  if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
 
   *is_zero = segment_range_is_clean(segment, first, slices);
   dirty_free_slices_ -= slices - segment_mark_dirty(segment, first, slices);
   segment->used_slices += static_cast<uint32_t>(slices);
 
-  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
-  span->start = segment->slice_address(first);
-  span->next = span->prev = nullptr;
-  span->set_kind(kind);
-  map_slices(segment, first, slices, span);
+  Page* span = &segment->pages[first];
+  init_used_span(segment, span, first, slices, kind);
   return span;
 }
 
@@ -143,13 +173,25 @@ void SpanAllocator::release_locked(Page* span) {
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
   uint64_t now = os::monotonic_ms();
+  mark_absorbed(span);  // its slices still map to it
 
-  // Coalesce with the free spans on either side.
+  // Coalesce with the free spans on either side. The merged span's age is
+  // that of most of its resident memory: were it always now, a trickle of
+  // small frees next to a large free span would keep that span from ever
+  // being purged.
+  size_t released = count;
+  size_t old_dirty = 0;
+  uint64_t old_freed_at = now;
+  auto absorb_age = [&](const Page* neighbour, size_t neighbour_first) {
+    old_dirty += segment_dirty_count(segment, neighbour_first, neighbour->slice_count);
+    if (neighbour->freed_at < old_freed_at) old_freed_at = neighbour->freed_at;
+  };
   size_t end = first + count;
   if (end < kSlicesPerSegment) {
     Page* after = segment->page_of_slice[end];
     if (after != nullptr && after->kind() == PageKind::kFree && segment->slice_index(after) == end) {
       remove_free(after);
+      absorb_age(after, end);
       count += after->slice_count;
     }
   }
@@ -158,11 +200,18 @@ void SpanAllocator::release_locked(Page* span) {
     if (before != nullptr && before->kind() == PageKind::kFree) {
       remove_free(before);
       size_t before_first = segment->slice_index(before);
+      absorb_age(before, before_first);
+      // Its last slice becomes an inner one: no entry but the last may
+      // point back to a free span's head (the slice map, span_allocator.h).
+      if (before_first != first - 1) {
+        mark_absorbed(&segment->pages[first - 1]);
+        segment->page_of_slice[first - 1] = &segment->pages[first - 1];
+      }
       count += first - before_first;
       first = before_first;
     }
   }
-  insert_free(segment, first, count, now);
+  insert_free(segment, first, count, old_dirty > released ? old_freed_at : now, Map::kEnds);
 }
 
 void SpanAllocator::release(Page* span) {
@@ -203,7 +252,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   remove_free(after);
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
-  if (rest > 0) insert_free(segment, end + extra, rest, freed_at);
+  if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kAll);  // its entries may point to `after`
   dirty_free_slices_ -= extra - segment_mark_dirty(segment, end, extra);
   segment->used_slices += static_cast<uint32_t>(extra);
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
@@ -314,7 +363,18 @@ void SpanAllocator::check_invariants() {
       Page* span = segment->page_of_slice[i];
       XALLOC_CHECK(span == &segment->pages[i]);
       XALLOC_CHECK(span->slice_count >= 1 && i + span->slice_count <= kSlicesPerSegment);
-      for (size_t j = i; j < i + span->slice_count; ++j) XALLOC_CHECK(segment->page_of_slice[j] == span);
+      XALLOC_CHECK(segment->page_of_slice[i + span->slice_count - 1] == span);
+      for (size_t j = i; j < i + span->slice_count; ++j) {
+        [[maybe_unused]] Page* entry = segment->page_of_slice[j];
+        if (span->kind() != PageKind::kFree) {
+          XALLOC_CHECK(entry == span);
+        } else {
+          // The slice map's invariant (span_allocator.h).
+          XALLOC_CHECK(entry >= span);
+          XALLOC_CHECK(entry <= &segment->pages[j]);
+          XALLOC_CHECK(entry->kind() == PageKind::kFree);
+        }
+      }
       if (span->kind() != PageKind::kFree) used += span->slice_count;
       if (span->kind() == PageKind::kFree && i + span->slice_count < kSlicesPerSegment)
         XALLOC_CHECK(segment->page_of_slice[i + span->slice_count]->kind() != PageKind::kFree);

@@ -10,6 +10,23 @@
 // the memory in use (dirty_budget_bytes) gets a tenth of the delay, so
 // memory that is freed and not reused does not inflate the footprint, and
 // beyond twice the budget (and 16 MiB more) it is purged at once.
+//
+// Slice map. A span in use maps every slice to its descriptor (any address
+// in it must find it). A free span maps only its first and last slice (what
+// coalescing and iteration read): mapping a whole free span on every
+// release and split cost a store per slice of the surrounding free space,
+// hundreds for one 64 KiB slab. Its other slices keep older entries, and
+// every entry inside a free span [f, g), at slice i, points to a descriptor
+// pages[x] with f <= x <= i whose kind is kFree. It holds because entries
+// only ever point at or before their slice; a descriptor absorbed into a
+// free span is marked free; a span in use is mapped in full; the last
+// slice's entry, the only one written to point back to its head from
+// afar, is pointed at its own descriptor when a merge makes it an inner
+// slice; and when a span is taken from the front of a free span, the
+// entries of the rest that point into the taken part - a prefix of the
+// rest, given the above - are pointed at the rest's head. So a lookup of
+// free memory always finds a free descriptor, which free() reports, and
+// never one that heads a span in use.
 #pragma once
 
 #include <cstddef>
@@ -75,7 +92,10 @@ class SpanAllocator {
 
   Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
   Page* take_fitting(size_t slices);
-  void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at);
+  // Which entries of a new free span's slices to set (the slice map above):
+  // all, its ends, or its ends and the entries that point before it.
+  enum class Map { kAll, kEnds, kRest };
+  void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map);
   void remove_free(Page* span);
   void release_locked(Page* span);
   Segment* add_segment_locked(Segment* segment);
