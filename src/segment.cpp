@@ -1,5 +1,6 @@
 #include "segment.h"
 
+#include <bit>
 #include <cstring>
 
 #include "platform/os.h"
@@ -73,6 +74,19 @@ bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) 
     if (dirty_bit(segment, i)) return false;
   }
   return true;
+}
+
+size_t segment_dirty_count(const Segment* segment, size_t first, size_t count) {
+  size_t dirty = 0;
+  size_t end = first + count;
+  for (size_t word = first / 64; word * 64 < end; ++word) {
+    uint64_t bits = segment->dirty[word];
+    size_t lo = word * 64;
+    if (first > lo) bits &= ~uint64_t{0} << (first - lo);
+    if (end < lo + 64) bits &= (uint64_t{1} << (end - lo)) - 1;
+    dirty += static_cast<size_t>(std::popcount(bits));
+  }
+  return dirty;
 }
 
 size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {

@@ -104,6 +104,8 @@ void segment_destroy(Segment* segment);
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count);
 // Marks the range dirty; returns how many of its slices were clean.
 size_t segment_mark_dirty(Segment* segment, size_t first, size_t count);
+// Slices of the range that may be resident.
+size_t segment_dirty_count(const Segment* segment, size_t first, size_t count);
 // Purges the dirty parts of [first, first+count); returns bytes purged.
 size_t segment_purge_range(Segment* segment, size_t first, size_t count);
 
