@@ -11,7 +11,8 @@
  *   memory_probe churn N    N threads, 8 at a time, each allocating and freeing
  *                           blocks (and freeing one block of its predecessor):
  *                           RSS after the first 100 threads and after all N,
- *                           as they are and after malloc_trim(0)
+ *                           once the purge delay has passed, and after
+ *                           malloc_trim(0)
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -201,16 +202,24 @@ static void run_threads(size_t from, size_t to) {
   }
 }
 
+/* RSS once memory freed a moment ago has had its purge delay (500 ms by
+ * default) and an allocator slow path (a large block) has run. */
+static size_t settled_rss_kib(void) {
+  sleep_ms(700);
+  free(malloc(256 << 10));
+  return rss_kib();
+}
+
 static int churn(size_t n) {
   void* keep = malloc(100);
   run_threads(0, 100);
-  size_t after_100 = rss_kib();
+  size_t after_100 = settled_rss_kib();
   malloc_trim(0);
   size_t after_100_trimmed = rss_kib();
   double t0 = now_ms();
   run_threads(100, n);
   double took = now_ms() - t0;
-  size_t after_all = rss_kib();
+  size_t after_all = settled_rss_kib();
   malloc_trim(0);
   size_t after_all_trimmed = rss_kib();
   printf("after_100_kib=%zu\nafter_all_kib=%zu\nafter_100_trimmed_kib=%zu\nafter_all_trimmed_kib=%zu\n"
