@@ -1,11 +1,11 @@
 // Secure mode: the hardening built into libxalloc-secure.so.
 //
 // The same sources are compiled with XALLOC_SECURE=1: free-list pointers
-// are encoded with a per-slab secret, block markers are secret too, slab
-// blocks are handed out in random order, every slab block ends in a canary
-// checked when it is freed, freed blocks wait in a per-thread quarantine
-// before they can be reused, and guard pages surround segment headers and
-// follow large and huge blocks. In the default build every hook here is a
+// are encoded with a secret key that differs per slab, block markers are
+// secret too, slab blocks are handed out in random order, every slab block
+// ends in a canary checked when it is freed, freed blocks wait in a
+// per-thread quarantine before they can be reused, and guard pages surround
+// segment headers and follow large and huge blocks. In the default build every hook here is a
 // constant that the compiler folds away. docs/security.md has the details.
 #pragma once
 
