@@ -87,12 +87,15 @@ void slab_carve(Page* page) {
       r = r * 6364136223846793005ull + 1442695040888963407ull;
     } while (std::gcd(stride, count) != 1);
   }
+  // Block i of the batch's order is (i * stride + shift) % count; stepping
+  // i down by one subtracts stride (below count), with no division.
+  size_t index = ((count - 1) * stride + shift) % count;
   for (size_t i = count; i-- > 0;) {
-    size_t index = (i * stride + shift) % count;
     auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
     set_next_free(page, block, next);
     if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(page);
     next = block;
+    index = index >= stride ? index - stride : index + count - stride;
   }
   page->free = next;
   page->carved = static_cast<uint16_t>(page->carved + count);
