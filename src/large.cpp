@@ -46,6 +46,7 @@ Segment* g_huge_cache = nullptr;  // most recently freed first
 size_t g_huge_cache_bytes = 0;
 size_t g_huge_cache_resident = 0;  // of which not purged
 uint64_t g_huge_next_purge_ms = 0;
+constexpr size_t kHugeBurstBytes = size_t{16} << 20;
 
 size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
 
@@ -221,8 +222,16 @@ void huge_free(Segment* segment) {
         evict = oldest;
         oldest = prev;
       }
-      // Over the resident budget: check again once the excess may go.
-      if (g_huge_cache_resident > dirty_budget_bytes()) {
+      // A burst far beyond the resident budget (a buffer that doubled past
+      // 16 MiB on several threads at once) goes back at once, oldest first,
+      // as in the span allocator; a smaller excess once it may go.
+      size_t budget = dirty_budget_bytes();
+      size_t hard_cap = budget * 2 > budget + kHugeBurstBytes ? budget * 2 : budget + kHugeBurstBytes;
+      if (g_huge_cache_resident > hard_cap) {
+        for (Segment* s = oldest; s != nullptr && g_huge_cache_resident > budget; s = s->prev)
+          if (!s->huge_purged) cache_purge_locked(s);
+      }
+      if (g_huge_cache_resident > budget) {
         uint64_t soon = freed_now + g_options.purge_delay_ms / 10;
         if (soon < g_huge_next_purge_ms) __atomic_store_n(&g_huge_next_purge_ms, soon, __ATOMIC_RELAXED);
       }
@@ -306,8 +315,9 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
     for (Segment* s = oldest; s != nullptr;) {
       Segment* prev = s->prev;
       if (force) {
-        // Everything goes back, address space included.
-        purged += s->huge_purged ? 0 : s->mapping_size;
+        // Everything goes back, address space included (counted as
+        // released even when its pages were purged before).
+        purged += s->mapping_size;
         cache_unlink(s);
         s->next = unmap_list;
         unmap_list = s;

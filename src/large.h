@@ -27,6 +27,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero);
 void huge_free(Segment* segment);
 void* huge_realloc(Segment* segment, void* ptr, size_t size);
 
+// Purges cached huge mappings past their delay (or over the budget); with
+// `force`, unmaps them all. Returns the bytes given back.
 size_t huge_cache_purge(bool force, uint64_t now_ms);
 
 // The OS refused a mapping: unmaps everything xalloc keeps for reuse (cached

@@ -74,6 +74,25 @@ TEST(Trim, ReturnsFreedHugeMemory) {
   EXPECT_LE(trimmed.mapped + 100 * kMiB, full.mapped) << "freed huge blocks stay mapped after trim";
 }
 
+TEST(Purge, BurstOfHugeFreesGoesBackWithoutTrim) {
+  // 120 MiB of huge blocks freed at once is far beyond the resident budget
+  // of a small heap: the huge cache keeps the mappings but purges them at
+  // once, as the span allocator does for a burst of spans.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    void* p = xalloc_malloc(30 * kMiB);
+    ASSERT_NE(p, nullptr);
+    xtest::touch_pages(p, 30 * kMiB, 2);
+    blocks.push_back(p);
+  }
+  xalloc_stats_t full = stats();
+  ASSERT_LT(full.in_use, 400 * kMiB) << "the test needs a small heap (budget 12% of it)";
+  for (void* p : blocks) xalloc_free(p);
+  xalloc_stats_t freed = stats();
+  EXPECT_LE(freed.committed + 80 * kMiB, full.committed)
+      << "committed " << full.committed << " -> " << freed.committed << " right after the frees";
+}
+
 TEST(Trim, NothingToTrim) {
   xalloc_trim(0);
   EXPECT_EQ(xalloc_trim(0), 0) << "a second trim found memory to return";
