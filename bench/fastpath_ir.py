@@ -10,6 +10,10 @@ own instructions, which the `net` columns subtract.
 
 usage: bench/fastpath_ir.py [--build-dir build] [--bin-dir DIR]
                             [--alloc NAME,...] [--pairs SHORT,LONG]
+       bench/fastpath_ir.py --check pair=N,batch=N,mixed=N --preload LIB --binary PROGRAM
+The second form is the test that pins xalloc's fast path to its budget:
+it measures LIB's loops (loop included) and exits 1 if any count is over
+its budget, 77 (skipped) if valgrind is not installed.
 Standard library only; also used by bench/run.py.
 """
 
@@ -125,8 +129,33 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SKIPPED = 77
+
+
+def check_budget(binary: str, preload: str, budgets: str, lengths) -> int:
+    """Measures each loop of `budgets` ("pair=60,batch=64") under `preload`."""
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: fast-path budget not checked")
+        return SKIPPED
+    failed = False
+    for item in budgets.split(","):
+        loop, limit = item.split("=")
+        value = measure(binary, preload, os.path.basename(preload).split(".")[0], loop, lengths)
+        if isinstance(value, str):
+            print(f"{loop}: {value}")
+            failed = True
+            continue
+        over = value > float(limit)
+        failed |= over
+        print(f"{loop}: {value:.1f} instructions per malloc+free (budget {limit}){'  OVER BUDGET' if over else ''}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", metavar="LOOP=MAX,...", help="check --preload's counts against these budgets")
+    ap.add_argument("--preload", help="with --check: the library to measure")
+    ap.add_argument("--binary", help="with --check: the fastpath_ir program")
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(suite.BENCH_DIR), "build"))
     ap.add_argument("--bin-dir", help="where the bench programs are (default: BUILD/bench/bin)")
     ap.add_argument("--alloc", help="comma-separated contenders (default: all)")
@@ -137,6 +166,10 @@ def main() -> int:
     lengths = tuple(int(x) for x in args.pairs.split(","))
     if len(lengths) != 2 or lengths[0] >= lengths[1]:
         ap.error("--pairs needs SHORT,LONG with SHORT < LONG")
+    if args.check:
+        if not args.preload or not args.binary:
+            ap.error("--check needs --preload and --binary")
+        return check_budget(args.binary, args.preload, args.check, lengths)
     wanted = set(args.alloc.split(",")) if args.alloc else None
     allocs = [(c.name, suite.resolve(c), c.expect) for c in suite.contenders(args.build_dir)
               if wanted is None or c.name in wanted]
