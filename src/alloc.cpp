@@ -273,6 +273,7 @@ size_t trim() {
   if (heap != &g_empty_heap) {
     outbox_flush(heap->outbox);
     heap_drain_inbox(heap);
+    heap_release_spares(heap);
   }
   orphans_collect_all();
   size_t released = g_spans.purge(true);

@@ -130,6 +130,52 @@ void slab_release(Heap* heap, Page* page) {
   g_spans.release(page);
 }
 
+// Spare slabs (heap.h): at most this many per heap, of one slice each (so
+// at most 256 KiB kept), each for at most this many slow paths unused.
+constexpr uint32_t kMaxSpares = 4;
+constexpr uint32_t kSpareLifetime = 64;
+
+void spares_release(Heap* heap, unsigned cls) {
+  while (Page* page = heap->spare[cls]) {
+    heap->spare[cls] = page->next;
+    page->next = nullptr;
+    heap->spare_count--;
+    slab_release(heap, page);
+  }
+}
+
+Page* spare_take(Heap* heap, unsigned cls) {
+  Page* page = heap->spare[cls];
+  heap->spare[cls] = page->next;
+  page->next = nullptr;
+  heap->spare_count--;
+  return page;
+}
+
+// A slab of `heap` whose last block came back (not its class's current
+// slab, and already off the partial list): kept as its class's spare when
+// there is room, so that the next refill of the class reuses it as it is.
+void slab_empty(Heap* heap, Page* page) {
+  unsigned cls = page->size_class;
+  if (heap->spare_count < kMaxSpares && page->slice_count == 1 &&
+      heap->state.load(std::memory_order_relaxed) == HeapState::kActive) {
+    page->set_state(SlabState::kDetached);
+    page->next = heap->spare[cls];
+    heap->spare[cls] = page;
+    heap->spare_since[cls] = heap->slow_calls;
+    heap->spare_count++;
+    return;
+  }
+  slab_release(heap, page);
+}
+
+void spares_expire(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumClasses && heap->spare_count != 0; ++cls) {
+    if (heap->spare[cls] != nullptr && heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime)
+      spares_release(heap, cls);
+  }
+}
+
 // The current slab has no block left to hand out: it sleeps until enough
 // of its blocks come back.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
@@ -172,6 +218,7 @@ void answer_drain_request(Heap* heap) {
 
 void heap_periodic(Heap* heap) {
   if (prof::profiling()) prof::poll_signal();
+  if (heap->spare_count != 0) spares_expire(heap);
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
@@ -270,6 +317,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (page != &g_empty_page) retire_current(heap, cls, page);
 
   page = heap->partial[cls];
+  if (page == nullptr && heap->spare[cls] != nullptr) page = spare_take(heap, cls);  // empty, its free list intact
   if (page == nullptr) {
     page = slab_create(heap, cls);
     if (page == nullptr) {
@@ -296,13 +344,14 @@ void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size) {
 void heap_on_needed_zero(Heap* heap, Page* page) {
   switch (page->state()) {
     case SlabState::kPartial:
-      slab_release(heap, page);  // every block is free
+      partial_remove(heap, page);
+      slab_empty(heap, page);  // every block is free
       break;
     case SlabState::kFull: {
       uint32_t in_use = page->capacity - wake_threshold(page->capacity);
       if (in_use == 0) {
         page->set_state(SlabState::kDetached);
-        slab_release(heap, page);
+        slab_empty(heap, page);
       } else {
         page->needed = in_use;
         partial_push(heap, page);
@@ -400,6 +449,13 @@ void heap_collect(Heap* heap) {
     page->needed -= kCurrentBias;
     page->set_state(SlabState::kDetached);
     settle_uncurrent(heap, page);
+  }
+  heap_release_spares(heap);
+}
+
+void heap_release_spares(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumClasses && heap->spare_count != 0; ++cls) {
+    spares_release(heap, cls);
   }
 }
 

@@ -45,6 +45,15 @@ struct alignas(64) Heap {
   Page* direct[kDirectSlots];
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
+  // Empty slabs kept instead of going back to the span allocator, with
+  // their free lists intact (a few in all, listed by class through
+  // Page::next), for the pattern that would otherwise take and return slabs
+  // on every round: a batch that spills past the current slab and is then
+  // freed. A class's spares go back after kSpareLifetime slow paths
+  // without one being kept or reused (heap.cpp).
+  Page* spare[kNumClasses];
+  uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
+  uint32_t spare_count;
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -78,7 +87,8 @@ struct alignas(64) Heap {
 extern Page g_empty_page;
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, current{}, partial{}, requests{}, sample_countdown(0), outbox{},
+    : direct{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
+      outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
 #endif
@@ -126,5 +136,7 @@ void quarantine_flush(Heap* heap);
 // Hands back everything the heap caches: sends its outbox, drains its inbox,
 // returns empty slabs; slabs with live blocks stay owned.
 void heap_collect(Heap* heap);
+// Returns the heap's spare empty slabs to the span allocator (trim).
+void heap_release_spares(Heap* heap);
 
 }  // namespace xalloc
