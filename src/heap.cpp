@@ -135,21 +135,16 @@ void slab_release(Heap* heap, Page* page) {
 constexpr uint32_t kMaxSpares = 4;
 constexpr uint32_t kSpareLifetime = 64;
 
-void spares_release(Heap* heap, unsigned cls) {
-  while (Page* page = heap->spare[cls]) {
-    heap->spare[cls] = page->next;
-    page->next = nullptr;
-    heap->spare_count--;
-    slab_release(heap, page);
-  }
-}
-
 Page* spare_take(Heap* heap, unsigned cls) {
   Page* page = heap->spare[cls];
   heap->spare[cls] = page->next;
   page->next = nullptr;
   heap->spare_count--;
   return page;
+}
+
+void spares_release(Heap* heap, unsigned cls) {
+  while (heap->spare[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
 }
 
 // A slab of `heap` whose last block came back (not its class's current

@@ -46,7 +46,6 @@ Segment* g_huge_cache = nullptr;  // most recently freed first
 size_t g_huge_cache_bytes = 0;
 size_t g_huge_cache_resident = 0;  // of which not purged
 uint64_t g_huge_next_purge_ms = 0;
-constexpr size_t kHugeBurstBytes = size_t{16} << 20;
 // Bytes freed into the cache since a cached mapping was last reused: a
 // burst of frees that nothing takes back (huge_free).
 size_t g_huge_unreused_bytes = 0;
@@ -217,7 +216,7 @@ void huge_free(Segment* segment) {
       __atomic_store_n(&g_huge_cache, segment, __ATOMIC_RELAXED);
       g_huge_cache_bytes += segment->mapping_size;
       g_huge_cache_resident += segment->mapping_size;
-      size_t segment_bytes_freed = segment->mapping_size;
+      g_huge_unreused_bytes += segment->mapping_size;
       segment = nullptr;
       Segment* oldest = g_huge_cache;
       while (oldest->next != nullptr) oldest = oldest->next;
@@ -236,9 +235,8 @@ void huge_free(Segment* segment) {
       // active use (blocks of varying sizes allocated and freed in turn)
       // keeps the delay: a purged mapping faults its pages in again when it
       // is reused.
-      g_huge_unreused_bytes += segment_bytes_freed;
       size_t budget = dirty_budget_bytes();
-      size_t hard_cap = budget * 2 > budget + kHugeBurstBytes ? budget * 2 : budget + kHugeBurstBytes;
+      size_t hard_cap = burst_threshold_bytes(budget);
       if (g_huge_unreused_bytes > hard_cap && g_huge_unreused_bytes * 2 > g_huge_cache_bytes &&
           g_huge_cache_resident > hard_cap) {
         for (Segment* s = oldest; s != nullptr && g_huge_cache_resident > budget; s = s->prev)

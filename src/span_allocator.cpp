@@ -20,6 +20,11 @@ size_t dirty_budget_bytes() {
   return share > kMinimum ? share : kMinimum;
 }
 
+size_t burst_threshold_bytes(size_t budget) {
+  constexpr size_t kBurstSlack = size_t{16} << 20;
+  return budget * 2 > budget + kBurstSlack ? budget * 2 : budget + kBurstSlack;
+}
+
 namespace {
 
 constexpr size_t kPayloadSlices = kSlicesPerSegment - 1;
@@ -220,11 +225,12 @@ void SpanAllocator::release(Page* span) {
   release_locked(span);
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
-  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  size_t budget_bytes = dirty_budget_bytes();
+  size_t budget = budget_bytes >> kSliceShift;
   // A burst of frees far beyond the budget (a phase of the program ended)
   // is given back at once, largest spans first: no later allocation may
   // come to trigger the delayed purge.
-  size_t hard_cap = budget * 2 > budget + kBurstSlices ? budget * 2 : budget + kBurstSlices;
+  size_t hard_cap = burst_threshold_bytes(budget_bytes) >> kSliceShift;
   if (dirty_free_slices_ > hard_cap) {
     for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
       for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s);

@@ -85,9 +85,6 @@ class SpanAllocator {
 
  private:
   static constexpr size_t kBins = 32;
-  // Free memory beyond twice the budget and beyond the budget plus this
-  // is purged as soon as it is released (16 MiB).
-  static constexpr size_t kBurstSlices = (size_t{16} << 20) >> kSliceShift;
   static size_t bin_of(size_t slices);
 
   Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
@@ -118,5 +115,9 @@ extern SpanAllocator g_spans;
 // How much free memory may stay resident, waiting for reuse: a share
 // (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB.
 size_t dirty_budget_bytes();
+// Free memory beyond this, twice the budget and at least the budget plus
+// 16 MiB, is a burst (a phase of the program ended): purged as soon as it
+// is released, by the span allocator and the huge cache alike.
+size_t burst_threshold_bytes(size_t budget);
 
 }  // namespace xalloc
