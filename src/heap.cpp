@@ -42,11 +42,13 @@ inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capac
 
 void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->current[cls] = page;
-  // Watched allocations all take the slow path: the direct table stays empty.
-  if (prof::watching()) page = &g_empty_page;
-  if (kClassInfo[cls].size <= kMaxSmallSize) {
-    for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g) __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
-  }
+  if (kClassInfo[cls].size > kMaxSmallSize) return;
+  // Sampled allocations go through the class's window; counted ones all
+  // take the slow path: the direct table stays empty.
+  if (prof::windowed()) page = &heap->window[cls];
+  else if (prof::watching()) page = &g_empty_page;
+  for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g)
+    __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
 }
 
 void partial_push(Heap* heap, Page* page) {
@@ -259,16 +261,20 @@ uint64_t slab_blocks_in_use(const Page* page) {
 void heap_init(Heap* heap, uint64_t thread_id) {
   new (heap) Heap(Heap::EmptyTag{});
   heap->thread_id = thread_id;
-  heap->sample_countdown = prof::first_countdown();
+  heap->sample_countdown = prof::sample_interval();
+  for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
 }
 
 // Everything heap_alloc_slow does beyond the watched fast case; a separate
 // function so that that case needs no stack frame.
 XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct);
 
+XALLOC_NOINLINE void* window_alloc(Heap* heap, unsigned cls);
+
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
-  // Watched small allocations (statistics, profiler) come here every time:
-  // count, and take the block at once unless a sample is due.
+  if (from_direct && prof::windowed() && heap != &g_empty_heap) return window_alloc(heap, cls);
+  // Counted small allocations (statistics) come here every time: count, and
+  // take the block at once unless a sample is due.
   if (from_direct) {
     Page* page = heap->current[cls];
     if (XALLOC_LIKELY(page->free != nullptr) && prof::watching()) {
@@ -432,8 +438,74 @@ void quarantine_flush(Heap* heap) {
 #endif
 }
 
+namespace {
+
+// Takes the longest run of the current slab's free blocks that ends before
+// the class's next sampled byte into the class's window (heap.h).
+void window_open(Heap* heap, unsigned cls) {
+  Page* page = heap->current[cls];
+  if (page == &g_empty_page || page->free == nullptr) return;
+  uint64_t size = kClassInfo[cls].size;
+  uint64_t wanted = static_cast<uint64_t>(heap->window_countdown[cls] - 1) / size;
+  // A current slab's blocks are carved, and either listed or in use
+  // (blocks in the inbox count as in use until drained).
+  uint64_t listed = page->carved - (page->needed - kCurrentBias);
+  if (wanted == 0) return;
+  FreeBlock* first = page->free;
+  uint64_t taken = listed;
+  if (wanted < listed) {
+    FreeBlock* last = first;
+    for (uint64_t i = 1; i < wanted; ++i) last = next_free(page, last);
+    page->free = next_free(page, last);
+    set_next_free(page, last, nullptr);
+    taken = wanted;
+  } else {
+    page->free = nullptr;
+  }
+  page->needed += taken;
+  heap->window[cls].free = first;
+}
+
+// Returns the blocks left in the heap's windows to their slabs.
+void windows_close(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) {
+    Page& window = heap->window[cls];
+    heap->window_countdown[cls] -= static_cast<int64_t>(window.needed * kClassInfo[cls].size);
+    window.needed = 0;
+    while (window.free != nullptr) {
+      FreeBlock* block = window.free;
+      window.free = block->next;
+      return_block(heap, block);
+    }
+  }
+}
+
+}  // namespace
+
+// A small allocation whose window is empty: it holds the class's sampled
+// byte, or it takes a block the ordinary way and opens the next window.
+void* window_alloc(Heap* heap, unsigned cls) {
+  if (heap->drain_requested.load(std::memory_order_acquire) != 0) answer_drain_request(heap);
+  Page& window = heap->window[cls];
+  if (window.free != nullptr) return slab_pop(&window, window.free);  // the table was emptied for a drain
+  auto size = static_cast<int64_t>(kClassInfo[cls].size);
+  int64_t& countdown = heap->window_countdown[cls];
+  countdown -= static_cast<int64_t>(window.needed) * size;
+  window.needed = 0;
+  if (countdown <= size) {
+    countdown = prof::sample_interval();
+    if (void* sampled = prof::sample(heap, static_cast<size_t>(size), 0)) return sampled;
+  } else {
+    countdown -= size;
+  }
+  void* block = heap_alloc_refill(heap, cls, false);
+  if (block != nullptr) window_open(heap, cls);
+  return block;
+}
+
 void heap_collect(Heap* heap) {
   if (secure::kEnabled) quarantine_flush(heap);
+  if (prof::windowed()) windows_close(heap);
   outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   heap_drain_inbox(heap);

@@ -26,6 +26,9 @@
 
 namespace xalloc {
 
+// The classes served through the direct table.
+constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
+
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread
   kOrphan = 1,   // its thread exited; waiting for adoption
@@ -59,6 +62,15 @@ struct alignas(64) Heap {
   // per class, then large and huge; bytes until the next sample.
   uint64_t requests[kNumClasses + 2];
   int64_t sample_countdown;
+  // Profiling without statistics (heap_profiler.h): the direct table
+  // points at these windows instead of the current slabs. A window's free
+  // list is a run of blocks taken off its class's current slab (which
+  // counts them as in use) that ends before the class's next sampled byte,
+  // so the fast path counts nothing: the allocation that finds the window
+  // empty is either the sampled one or opens the next window. A window's
+  // `needed` counts its pops since it opened.
+  Page window[kNumSmallClasses];
+  int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -88,7 +100,7 @@ extern Page g_empty_page;
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
-      outbox{},
+      window{}, window_countdown{}, outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
 #endif

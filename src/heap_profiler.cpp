@@ -22,6 +22,7 @@ namespace xalloc::prof {
 
 std::atomic<bool> g_watch_allocations_flag{false};
 std::atomic<bool> g_profiling_flag{false};
+std::atomic<bool> g_windowed_flag{false};
 
 namespace {
 
@@ -150,6 +151,15 @@ void record(void* block, size_t size, void* const* frames, int depth) {
     }
   }
   ++g_dropped;
+}
+
+// The hash tables are probed at random, and a probe reads before it
+// writes. A read of a page never touched maps the shared zero page, and the
+// write after it must replace that mapping, flushing the TLB of every CPU
+// the process runs on (an interrupt to each). Written once at start-up, each
+// page costs one ordinary fault instead.
+void touch_pages(void* table, size_t bytes) {
+  for (size_t offset = 0; offset < bytes; offset += kOsPageSize) static_cast<volatile char*>(table)[offset] = 0;
 }
 
 void on_dump_signal(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
@@ -307,7 +317,11 @@ void print_leaks() {
 }  // namespace
 
 void init_flags() {
-  g_watch_allocations_flag.store(g_options.prof || g_options.leaks || g_options.stats, std::memory_order_relaxed);
+  bool sampling = g_options.prof || g_options.leaks;
+  g_watch_allocations_flag.store(sampling || g_options.stats, std::memory_order_relaxed);
+  // The secure build's free lists are keyed by slab, which a window's
+  // list would break; statistics count every allocation anyway.
+  g_windowed_flag.store(sampling && !g_options.stats && !secure::kEnabled, std::memory_order_relaxed);
 }
 
 void start() {
@@ -322,6 +336,8 @@ void start() {
     t_in_sampler = false;
     return;
   }
+  touch_pages(g_stack_index, kStackIndexSlots * sizeof(uint32_t));
+  touch_pages(g_samples, kSampleSlots * sizeof(Sample));
   if (g_options.prof_signal != 0) {
     struct sigaction action;
     memset(&action, 0, sizeof(action));
@@ -333,11 +349,14 @@ void start() {
   t_in_sampler = false;
 }
 
-void* maybe_sample(Heap* heap, size_t size, size_t alignment) {
+void* sample_due(Heap* heap, size_t size, size_t alignment) {
+  if (t_in_sampler) return nullptr;  // the next allocation outside the sampler is sampled
+  heap->sample_countdown = sample_interval();
+  return sample(heap, size, alignment);
+}
+
+void* sample(Heap* /*heap*/, size_t size, size_t alignment) {
   if (!profiling() || t_in_sampler) return nullptr;
-  heap->sample_countdown -= static_cast<int64_t>(size);
-  if (heap->sample_countdown > 0) return nullptr;
-  heap->sample_countdown = next_interval();
   // Allocations made while sampling (by the unwinder) are not sampled.
   t_in_sampler = true;
   void* frames[kMaxFrames];
@@ -354,14 +373,9 @@ void* maybe_sample(Heap* heap, size_t size, size_t alignment) {
   return block;
 }
 
-void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
-  heap->requests[cls]++;
-  return maybe_sample(heap, size, alignment);
-}
-
 // From the options, not from profiling(): the thread that starts xalloc
 // gets its heap while the profiler is still starting.
-int64_t first_countdown() { return g_options.prof || g_options.leaks ? next_interval() : INT64_MAX; }
+int64_t sample_interval() { return g_options.prof || g_options.leaks ? next_interval() : INT64_MAX; }
 
 // The slot of a live sample of `address`, or null.
 Sample* find_sample_locked(uintptr_t address) {

@@ -14,6 +14,13 @@
 // for flame graphs). XALLOC_LEAKS=1 prints the top allocation sites of
 // memory still live at exit.
 //
+// Small blocks (the direct table's sizes) are sampled through per-class
+// windows (heap.h) when the profiler runs without statistics: the fast path
+// then counts nothing, and the allocation that finds its window empty is
+// either the sampled one or opens the next window. With XALLOC_STATS=1 (or
+// in the secure build) every small allocation takes the slow path instead,
+// to be counted there and sampled by the same byte countdown as the rest.
+//
 // When neither statistics nor profiling is on, nothing here runs: the
 // hooks sit on slow paths and test one global flag.
 #pragma once
@@ -22,9 +29,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace xalloc {
+#include "heap.h"
 
-struct Heap;
+namespace xalloc {
 
 namespace prof {
 
@@ -32,11 +39,16 @@ namespace prof {
 // thread racing the start-up reads a defined value.
 extern std::atomic<bool> g_watch_allocations_flag;
 extern std::atomic<bool> g_profiling_flag;
+extern std::atomic<bool> g_windowed_flag;
 
 // True when small allocations are diverted to the slow path so that each
 // can be counted (XALLOC_STATS) or sampled (XALLOC_PROF).
 inline bool watching() { return g_watch_allocations_flag.load(std::memory_order_relaxed); }
 inline bool profiling() { return g_profiling_flag.load(std::memory_order_relaxed); }
+// True when small allocations are sampled through windows and not counted.
+inline bool windowed() { return g_windowed_flag.load(std::memory_order_relaxed); }
+// True when every allocation is counted by class.
+inline bool counting() { return watching() && !windowed(); }
 
 // At process start-up: init_flags() after the options are read (allocates
 // nothing); start() once the allocator works (loads libunwind, which
@@ -44,18 +56,28 @@ inline bool profiling() { return g_profiling_flag.load(std::memory_order_relaxed
 void init_flags();
 void start();
 
-// Called for every watched allocation of `size` bytes (its class size for
-// small blocks). Returns a sampled block, or null when this allocation is
-// not sampled (or sampling is off).
-void* maybe_sample(Heap* heap, size_t size, size_t alignment);
+// Samples an allocation of `size` bytes now: the sampled block, or null
+// when the profiler is off (or this thread is already taking a sample).
+void* sample(Heap* heap, size_t size, size_t alignment);
+
+// The heap's byte countdown ran out: starts the next one and samples this
+// allocation (null when not sampled).
+void* sample_due(Heap* heap, size_t size, size_t alignment);
 
 // Counts a watched allocation of `size` bytes in class `cls` (kNumClasses
 // for large, kNumClasses + 1 for huge) and samples it when due: a sampled
-// block, or null to go on with the ordinary allocation.
-void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment);
+// block, or null to go on with the ordinary allocation. Inline: with
+// statistics on, every allocation comes here.
+inline void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
+  heap->requests[cls]++;
+  heap->sample_countdown -= static_cast<int64_t>(size);
+  if (__builtin_expect(heap->sample_countdown > 0, 1)) return nullptr;
+  return sample_due(heap, size, alignment);
+}
 
-// Bytes until the first sample of a new heap.
-int64_t first_countdown();
+// Bytes until the next sample (a random draw; INT64_MAX when nothing is
+// sampled): for a new heap, and for a window's class after each sample.
+int64_t sample_interval();
 
 // A sampled block is being freed.
 void forget(void* block);

@@ -95,7 +95,7 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   for_each_heap([&](Heap* h) {
     for (unsigned c = 0; c < kNumClasses + 2; ++c) requests[c] += __atomic_load_n(&h->requests[c], __ATOMIC_RELAXED);
   });
-  bool counted = prof::watching();
+  bool counted = prof::counting();
   report::message("stats: %8s %12s %7s %12s %12s %10s", "class", "requests", "slabs", "live blocks", "live KiB",
                   "peak slabs");
   for (unsigned cls = 0; cls < kNumClasses; ++cls) {

@@ -300,15 +300,17 @@ struct Profile {
   double small_bytes = 0;  // expected live bytes of keep_small (its blocks' class size)
 };
 
-// Runs prof_workload [mode] with the profiler on; finds its profile files.
-Profile profile_workload(const TempDir& dir, const char* mode) {
+// Runs prof_workload [mode] with the profiler on (and `extra_env`); finds
+// its profile files.
+Profile profile_workload(const TempDir& dir, const char* mode, const char* extra_env = nullptr) {
   Profile p;
   std::vector<std::string> argv = {XTEST_PROF_WORKLOAD};
   if (mode != nullptr) argv.push_back(mode);
   std::string prefix = dir.path() + "/p";
-  p.run = run_program(argv,
-                      {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=64k", "XALLOC_PROF_PREFIX=" + prefix},
-                      60);
+  std::vector<std::string> env = {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=64k",
+                                  "XALLOC_PROF_PREFIX=" + prefix};
+  if (extra_env != nullptr) env.push_back(extra_env);
+  p.run = run_program(argv, env, 60);
   p.heap_file = prefix + "." + std::to_string(p.run.pid) + ".heap";
   p.collapsed_file = prefix + "." + std::to_string(p.run.pid) + ".collapsed";
   std::string line = line_starting(p.run.out, "small_block_bytes ");
@@ -436,6 +438,16 @@ TEST(Profiler, HeapProfileAttributesLiveBytesToTheirFunctions) {
 }
 
 TEST(Profiler, LeakReportNamesTheKeepingFunctionsFirst) { check_leaks("thread"); }
+
+// With statistics on, small allocations are counted one by one on the slow
+// path and sampled there, instead of through windows (heap_profiler.h):
+// the same profile either way.
+TEST(Profiler, CountedAllocationsAreSampledAlike) {
+  TempDir dir;
+  Profile p = profile_workload(dir, "thread", "XALLOC_STATS=1");
+  check_profile(p);
+  EXPECT_NE(p.run.err.find("xalloc: stats: "), std::string::npos) << p.run.describe();
+}
 
 // The workload on the main thread, which starts xalloc. Regression test
 // (tests/KNOWN_BUGS.md #11): that thread used to be never sampled, so a
