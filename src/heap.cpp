@@ -440,27 +440,36 @@ void quarantine_flush(Heap* heap) {
 
 namespace {
 
+constexpr uint64_t kWindowCarveBytes = 4 * kCarveBytes;
+
 // Takes the longest run of the current slab's free blocks that ends before
 // the class's next sampled byte into the class's window (heap.h).
 void window_open(Heap* heap, unsigned cls) {
   Page* page = heap->current[cls];
-  if (page == &g_empty_page || page->free == nullptr) return;
+  if (page == &g_empty_page) return;
   uint64_t size = kClassInfo[cls].size;
-  uint64_t wanted = static_cast<uint64_t>(heap->window_countdown[cls] - 1) / size;
   // A current slab's blocks are carved, and either listed or in use
   // (blocks in the inbox count as in use until drained).
   uint64_t listed = page->carved - (page->needed - kCurrentBias);
-  if (wanted == 0) return;
+  // Every empty window costs a trip through here: carve ahead (a few
+  // batches) rather than open windows of one batch of large blocks.
+  while (listed * size < kWindowCarveBytes && page->carved < page->capacity) {
+    uint64_t before = page->carved;
+    slab_carve(page);
+    listed += page->carved - before;
+  }
+  if (listed == 0) return;
   FreeBlock* first = page->free;
   uint64_t taken = listed;
-  if (wanted < listed) {
+  if (listed * size < static_cast<uint64_t>(heap->window_countdown[cls])) {
+    page->free = nullptr;
+  } else {
+    taken = static_cast<uint64_t>(heap->window_countdown[cls] - 1) / size;  // the blocks before the sampled byte
+    if (taken == 0) return;
     FreeBlock* last = first;
-    for (uint64_t i = 1; i < wanted; ++i) last = next_free(page, last);
+    for (uint64_t i = 1; i < taken; ++i) last = next_free(page, last);
     page->free = next_free(page, last);
     set_next_free(page, last, nullptr);
-    taken = wanted;
-  } else {
-    page->free = nullptr;
   }
   page->needed += taken;
   heap->window[cls].free = first;
