@@ -40,17 +40,37 @@ struct Stack {
   uint64_t live_count, live_bytes;    // sampled, still live
 };
 
-struct Sample {
+struct alignas(32) Sample {  // a power of two: no slot straddles two pages
   uintptr_t block;  // 0: empty slot; kTombstone: freed
   uint64_t size;
   uint32_t stack;
+};
+
+// Which pages of a hash table have been written. The tables are probed at
+// random, and a probe reads before it writes: a read of a page never
+// touched maps the shared zero page, and the write after it must replace
+// that mapping, flushing the TLB of every CPU the process runs on (an
+// interrupt to each). A slot on a page never written is empty: it is not
+// read, and its first write is an ordinary fault.
+template <typename Slot, size_t kSlots>
+class WrittenPages {
+ public:
+  static_assert(kOsPageSize % sizeof(Slot) == 0);
+  bool written(size_t slot) const { return (bits_[page(slot) / 64] >> (page(slot) % 64)) & 1; }
+  void mark(size_t slot) { bits_[page(slot) / 64] |= uint64_t{1} << (page(slot) % 64); }
+
+ private:
+  static size_t page(size_t slot) { return slot * sizeof(Slot) / kOsPageSize; }
+  uint64_t bits_[(kSlots * sizeof(Slot) / kOsPageSize + 63) / 64] = {};
 };
 
 Mutex g_lock;
 Stack* g_stacks = nullptr;
 size_t g_stack_count = 0;
 uint32_t* g_stack_index = nullptr;  // hash slot -> stack index + 1
+WrittenPages<uint32_t, kStackIndexSlots> g_stack_index_pages;
 Sample* g_samples = nullptr;
+WrittenPages<Sample, kSampleSlots> g_sample_pages;
 size_t g_dropped = 0;
 std::atomic<int> g_dump_requested{0};
 __thread bool t_in_sampler = false;
@@ -110,9 +130,11 @@ uint64_t hash_frames(void* const* frames, int depth) {
 uint32_t intern_stack(void* const* frames, int depth) {
   uint64_t h = hash_frames(frames, depth);
   for (size_t probe = 0; probe < kStackIndexSlots; ++probe) {
-    uint32_t& slot = g_stack_index[(h + probe) & (kStackIndexSlots - 1)];
-    if (slot == 0) {
+    size_t index = (h + probe) & (kStackIndexSlots - 1);
+    uint32_t& slot = g_stack_index[index];
+    if (!g_stack_index_pages.written(index) || slot == 0) {
       if (g_stack_count == kMaxStacks) return UINT32_MAX;
+      g_stack_index_pages.mark(index);
       Stack& s = g_stacks[g_stack_count];
       s.hash = h;
       s.depth = static_cast<uint32_t>(depth);
@@ -130,6 +152,21 @@ uint32_t intern_stack(void* const* frames, int depth) {
 
 size_t sample_slot(uintptr_t block) { return secure::mix(block) & (kSampleSlots - 1); }
 
+// Stores `sample` in the first free slot of its probe sequence; false if
+// the table is full.
+bool insert_sample_locked(const Sample& sample) {
+  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
+    size_t index = (sample_slot(sample.block) + probe) & (kSampleSlots - 1);
+    Sample& slot = g_samples[index];
+    if (!g_sample_pages.written(index) || slot.block == 0 || slot.block == kTombstone) {
+      g_sample_pages.mark(index);
+      slot = sample;
+      return true;
+    }
+  }
+  return false;
+}
+
 void record(void* block, size_t size, void* const* frames, int depth) {
   LockGuard guard(g_lock);
   uint32_t stack = intern_stack(frames, depth);
@@ -137,29 +174,15 @@ void record(void* block, size_t size, void* const* frames, int depth) {
     ++g_dropped;
     return;
   }
-  auto address = reinterpret_cast<uintptr_t>(block);
-  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
-    Sample& s = g_samples[(sample_slot(address) + probe) & (kSampleSlots - 1)];
-    if (s.block == 0 || s.block == kTombstone) {
-      s = Sample{address, size, stack};
-      Stack& st = g_stacks[stack];
-      st.alloc_count++;
-      st.alloc_bytes += size;
-      st.live_count++;
-      st.live_bytes += size;
-      return;
-    }
+  if (!insert_sample_locked(Sample{reinterpret_cast<uintptr_t>(block), size, stack})) {
+    ++g_dropped;
+    return;
   }
-  ++g_dropped;
-}
-
-// The hash tables are probed at random, and a probe reads before it
-// writes. A read of a page never touched maps the shared zero page, and the
-// write after it must replace that mapping, flushing the TLB of every CPU
-// the process runs on (an interrupt to each). Written once at start-up, each
-// page costs one ordinary fault instead.
-void touch_pages(void* table, size_t bytes) {
-  for (size_t offset = 0; offset < bytes; offset += kOsPageSize) static_cast<volatile char*>(table)[offset] = 0;
+  Stack& st = g_stacks[stack];
+  st.alloc_count++;
+  st.alloc_bytes += size;
+  st.live_count++;
+  st.live_bytes += size;
 }
 
 void on_dump_signal(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
@@ -336,8 +359,6 @@ void start() {
     t_in_sampler = false;
     return;
   }
-  touch_pages(g_stack_index, kStackIndexSlots * sizeof(uint32_t));
-  touch_pages(g_samples, kSampleSlots * sizeof(Sample));
   if (g_options.prof_signal != 0) {
     struct sigaction action;
     memset(&action, 0, sizeof(action));
@@ -380,7 +401,9 @@ int64_t sample_interval() { return g_options.prof || g_options.leaks ? next_inte
 // The slot of a live sample of `address`, or null.
 Sample* find_sample_locked(uintptr_t address) {
   for (size_t probe = 0; probe < kSampleSlots; ++probe) {
-    Sample& s = g_samples[(sample_slot(address) + probe) & (kSampleSlots - 1)];
+    size_t index = (sample_slot(address) + probe) & (kSampleSlots - 1);
+    if (!g_sample_pages.written(index)) return nullptr;
+    Sample& s = g_samples[index];
     if (s.block == 0) return nullptr;
     if (s.block == address) return &s;
   }
@@ -408,13 +431,7 @@ void moved(void* old_block, void* new_block, size_t size) {
   Sample copy = *s;
   s->block = kTombstone;
   copy.block = reinterpret_cast<uintptr_t>(new_block);
-  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
-    Sample& slot = g_samples[(sample_slot(copy.block) + probe) & (kSampleSlots - 1)];
-    if (slot.block == 0 || slot.block == kTombstone) {
-      slot = copy;
-      return;
-    }
-  }
+  if (insert_sample_locked(copy)) return;
   st.live_count--;  // no room (never with fewer live samples than slots)
   st.live_bytes -= size;
   ++g_dropped;
