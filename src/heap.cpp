@@ -483,7 +483,7 @@ void windows_close(Heap* heap) {
     window.needed = 0;
     while (window.free != nullptr) {
       FreeBlock* block = window.free;
-      window.free = block->next;
+      window.free = next_free(&window, block);
       return_block(heap, block);
     }
   }
