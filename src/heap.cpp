@@ -399,27 +399,38 @@ void heap_drain_inbox(Heap* heap) {
   }
 }
 
+// A quarantined block of another heap's slab goes to its owner; out of
+// line, so that the common case (a block of this heap) needs few registers.
+[[maybe_unused]] XALLOC_NOINLINE static void send_quarantined(Heap* heap, Page* page, FreeBlock* block) {
+  outbox_add(heap->outbox, page->owner, block, page->block_size(), g_options.remote_batch_bytes);
+}
+
 // Frees a block for real: pushes it on its slab if this heap owns it, or
 // sends it to its owner.
 [[maybe_unused]] static void release_quarantined(Heap* heap, FreeBlock* block) {
   auto address = reinterpret_cast<uintptr_t>(block);
   Page* page = page_of(segment_of(address), address);
-  Heap* owner = page->owner;
-  if (owner == heap) {
-    slab_push(page, block);
-    if (--page->needed == 0) heap_on_needed_zero(heap, page);
-  } else {
-    outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
-  }
+  if (XALLOC_UNLIKELY(page->owner != heap)) return send_quarantined(heap, page, block);
+  slab_push(page, block);
+  if (--page->needed == 0) heap_on_needed_zero(heap, page);
 }
 
 void quarantine_free(Heap* heap, Page* /*page*/, FreeBlock* block) {
 #if XALLOC_SECURE
   // The oldest block in the ring makes room: it has waited the longest.
   size_t slot = heap->quarantine_next;
-  heap->quarantine_next = (slot + 1) % secure::kQuarantineSlots;
+  size_t next_slot = (slot + 1) % secure::kQuarantineSlots;
+  heap->quarantine_next = next_slot;
   FreeBlock* evicted = heap->quarantine[slot];
   heap->quarantine[slot] = block;
+  // The next free evicts a block freed 256 frees ago, long out of the
+  // cache: start fetching it, and its slab's entry in the slice map, now.
+  if (FreeBlock* next = heap->quarantine[next_slot]; next != nullptr) {
+    auto address = reinterpret_cast<uintptr_t>(next);
+    Segment* segment = segment_of(address);
+    __builtin_prefetch(next, 1);
+    __builtin_prefetch(&segment->page_of_slice[(address - segment->base()) >> kSliceShift]);
+  }
   if (evicted != nullptr) release_quarantined(heap, evicted);
 #else
   (void)heap;
