@@ -73,6 +73,8 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
   switch (page->kind()) {
     case PageKind::kLarge:
       if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      // A span kept for the profiler's next sample (large.cpp) is free.
+      if (page->large_usable == 0) report_misuse("double free", ptr, 0, caller);
       large_free(page);
       return;
     case PageKind::kHuge:
@@ -224,6 +226,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
     }
     case PageKind::kLarge:
       if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
+      if (page->large_usable == 0) report_misuse("realloc of a freed block", ptr, 0, caller);
       return large_realloc(page, ptr, size);
     case PageKind::kHuge:
       if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);

@@ -544,6 +544,7 @@ void heap_release_spares(Heap* heap) {
   for (unsigned cls = 0; cls < kNumClasses && heap->spare_count != 0; ++cls) {
     spares_release(heap, cls);
   }
+  sample_spans_release(heap);
 }
 
 }  // namespace xalloc

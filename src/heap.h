@@ -29,6 +29,8 @@ namespace xalloc {
 // The classes served through the direct table.
 constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
 
+constexpr uint32_t kSampleSpanSlots = 4;
+
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread
   kOrphan = 1,   // its thread exited; waiting for adoption
@@ -71,6 +73,10 @@ struct alignas(64) Heap {
   // `needed` counts its pops since it opened.
   Page window[kNumSmallClasses];
   int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
+  // One-slice spans of freed sampled blocks, kept for this heap's next
+  // samples (large.cpp).
+  Page* sample_spans[kSampleSpanSlots];
+  uint32_t sample_span_count;
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -100,7 +106,7 @@ extern Page g_empty_page;
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
-      window{}, window_countdown{}, outbox{},
+      window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
 #endif
@@ -148,7 +154,8 @@ void quarantine_flush(Heap* heap);
 // Hands back everything the heap caches: sends its outbox, drains its inbox,
 // returns empty slabs; slabs with live blocks stay owned.
 void heap_collect(Heap* heap);
-// Returns the heap's spare empty slabs to the span allocator (trim).
+// Returns the heap's spare empty slabs and kept spans of sampled blocks to
+// the span allocator (trim).
 void heap_release_spares(Heap* heap);
 
 }  // namespace xalloc

@@ -376,7 +376,7 @@ void* sample_due(Heap* heap, size_t size, size_t alignment) {
   return sample(heap, size, alignment);
 }
 
-void* sample(Heap* /*heap*/, size_t size, size_t alignment) {
+void* sample(Heap* heap, size_t size, size_t alignment) {
   if (!profiling() || t_in_sampler) return nullptr;
   // Allocations made while sampling (by the unwinder) are not sampled.
   t_in_sampler = true;
@@ -385,7 +385,7 @@ void* sample(Heap* /*heap*/, size_t size, size_t alignment) {
   // A span of its own, where the sampled mark lives; above the large
   // threshold the block is huge, as it would be unsampled (a span of most of
   // a segment would be purged at once when freed).
-  void* block = size <= kMaxLargeSize ? large_alloc(size, alignment, false) : huge_alloc(size, alignment, false);
+  void* block = size <= kMaxLargeSize ? large_alloc_sampled(heap, size, alignment) : huge_alloc(size, alignment, false);
   if (block != nullptr) {
     lookup_page(reinterpret_cast<uintptr_t>(block))->sampled = 1;
     record(block, size, frames, depth);

@@ -471,6 +471,19 @@ TEST(Profiler, ThreadThatOnlyAllocatesLargeBlocksIsSampled) {
   EXPECT_TRUE(within(sites[0].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
 }
 
+// The profiler keeps the spans of freed sampled blocks for its next samples
+// (large.cpp); freeing such a block twice is still a reported double free.
+TEST(Profiler, DoubleFreeOfASampledBlockIsReported) {
+  Outcome r = run_program({XTEST_PROF_WORKLOAD, "double-free"},
+                          {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=1", "XALLOC_PROF_PREFIX=/dev/null/x"},
+                          30);
+  ASSERT_EQ(r.signal(), SIGABRT) << r.describe();
+  std::string block = line_starting(r.out, "block ");
+  ASSERT_FALSE(block.empty()) << r.describe();
+  std::string expected = "xalloc: double free of " + block.substr(6);
+  EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << r.describe();
+}
+
 // Buffers grown by realloc stay sampled as they are resized in place or
 // remapped, and count at their final size.
 TEST(Profiler, BuffersGrownByReallocCountAtTheirFinalSize) {

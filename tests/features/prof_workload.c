@@ -13,7 +13,10 @@
  * `prof_workload large-thread` only keep_medium, on a second thread that
  * allocates nothing else (after the main thread allocated a small block).
  * `prof_workload realloc` only grows 4 buffers by realloc, 1.5x at a time,
- * to 24 MiB each (96 MiB live at exit, through large and huge blocks). */
+ * to 24 MiB each (96 MiB live at exit, through large and huge blocks).
+ * `prof_workload double-free` (run with every allocation sampled) frees
+ * sampled blocks, whose spans the profiler keeps for reuse, then frees one
+ * of them again: the second free must be reported. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -90,8 +93,21 @@ __attribute__((noinline)) void* large_only(void* arg) {
   return arg;
 }
 
+/* Frees a sampled block twice, after a few sampled blocks were freed and
+ * their spans reused. Prints the block's address first. */
+static int double_free(void) {
+  for (int i = 0; i < 8; ++i) free(malloc(100 + (size_t)i));
+  char* block = malloc(100);
+  printf("block %p\n", (void*)block);
+  fflush(stdout);
+  free(block);
+  free(block);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   void* result = NULL;
+  if (argc > 1 && strcmp(argv[1], "double-free") == 0) return double_free();
   if (argc > 1 && strcmp(argv[1], "large-thread") == 0) {
     void** medium = calloc(MEDIUM_COUNT, sizeof(void*));
     pthread_t thread;
