@@ -20,10 +20,16 @@ namespace xalloc {
 
 namespace {
 
-enum class InitState : int { kNone = 0, kRunning = 1, kDone = 2 };
+// The start-up's state, and while it runs the id of the process running it,
+// in one word: a thread that finds a start-up running must tell one in its
+// own process (wait) from one that a fork interrupted in the parent (start
+// over), and with the id in a word of its own it could read the state of
+// a start-up that has not stored its id yet, and start a second one.
+constexpr uint64_t kInitNone = 0;
+constexpr uint64_t kInitRunning = 1;  // | process id << 2
+constexpr uint64_t kInitDone = 2;
 
-std::atomic<InitState> g_init_state{InitState::kNone};
-std::atomic<uint64_t> g_init_pid{0};
+std::atomic<uint64_t> g_init{kInitNone};
 __thread bool t_initializing = false;
 bool g_fork_handlers_registered = false;
 pthread_key_t g_heap_key;
@@ -159,20 +165,20 @@ void process_init() {
   // The initialising thread's own allocations (glibc allocates in
   // pthread_atfork, dlopen in the profiler's start) go through.
   if (t_initializing) return;
+  uint64_t running = os::process_id() << 2 | kInitRunning;
   for (;;) {
-    InitState expected = InitState::kNone;
-    if (g_init_state.compare_exchange_strong(expected, InitState::kRunning, std::memory_order_acquire)) break;
-    if (expected == InitState::kDone) return;
+    uint64_t expected = kInitNone;
+    if (g_init.compare_exchange_strong(expected, running, std::memory_order_acquire)) break;
+    if (expected == kInitDone) return;
     // Another thread is initialising: wait for it (this is before main in
     // practice, so the wait is short) - unless this is the child of a fork
     // that happened meanwhile, where that thread does not exist: start over.
-    if (g_init_pid.load(std::memory_order_relaxed) != os::process_id()) {
-      g_init_state.store(InitState::kNone, std::memory_order_relaxed);
+    if (expected != running) {
+      g_init.compare_exchange_strong(expected, kInitNone, std::memory_order_relaxed);
       continue;
     }
     __builtin_ia32_pause();
   }
-  g_init_pid.store(os::process_id(), std::memory_order_relaxed);
   t_initializing = true;
   options_init();
   secure::init_secret();
@@ -190,7 +196,7 @@ void process_init() {
   prof::start();
   start_purger();
   t_initializing = false;
-  g_init_state.store(InitState::kDone, std::memory_order_release);
+  g_init.store(kInitDone, std::memory_order_release);
   g_process_ready.store(true, std::memory_order_release);
 }
 
