@@ -427,9 +427,8 @@ void quarantine_free(Heap* heap, Page* /*page*/, FreeBlock* block) {
   // cache: start fetching it, and its slab's entry in the slice map, now.
   if (FreeBlock* next = heap->quarantine[next_slot]; next != nullptr) {
     auto address = reinterpret_cast<uintptr_t>(next);
-    Segment* segment = segment_of(address);
     __builtin_prefetch(next, 1);
-    __builtin_prefetch(&segment->page_of_slice[(address - segment->base()) >> kSliceShift]);
+    __builtin_prefetch(page_slot_of(segment_of(address), address));
   }
   if (evicted != nullptr) release_quarantined(heap, evicted);
 #else
@@ -486,12 +485,19 @@ void window_open(Heap* heap, unsigned cls) {
   heap->window[cls].free = first;
 }
 
+// Counts the bytes popped from the window of `cls` since it was last
+// counted towards the class's next sample.
+void window_count_pops(Heap* heap, unsigned cls) {
+  Page& window = heap->window[cls];
+  heap->window_countdown[cls] -= static_cast<int64_t>(window.needed * kClassInfo[cls].size);
+  window.needed = 0;
+}
+
 // Returns the blocks left in the heap's windows to their slabs.
 void windows_close(Heap* heap) {
   for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) {
+    window_count_pops(heap, cls);
     Page& window = heap->window[cls];
-    heap->window_countdown[cls] -= static_cast<int64_t>(window.needed * kClassInfo[cls].size);
-    window.needed = 0;
     while (window.free != nullptr) {
       FreeBlock* block = window.free;
       window.free = next_free(&window, block);
@@ -508,10 +514,9 @@ void* window_alloc(Heap* heap, unsigned cls) {
   if (heap->drain_requested.load(std::memory_order_acquire) != 0) answer_drain_request(heap);
   Page& window = heap->window[cls];
   if (window.free != nullptr) return slab_pop(&window, window.free);  // the table was emptied for a drain
+  window_count_pops(heap, cls);
   auto size = static_cast<int64_t>(kClassInfo[cls].size);
   int64_t& countdown = heap->window_countdown[cls];
-  countdown -= static_cast<int64_t>(window.needed) * size;
-  window.needed = 0;
   if (countdown <= size) {
     countdown = prof::sample_interval();
     if (void* sampled = prof::sample(heap, static_cast<size_t>(size), 0)) return sampled;

@@ -21,6 +21,7 @@ namespace xalloc {
 // costs nothing when the memory is fresh from the OS).
 void* large_alloc(size_t size, size_t alignment, bool zero);
 void large_free(Page* page);
+void* large_realloc(Page* page, void* ptr, size_t size);
 
 struct Heap;
 // The block of a sampled allocation (heap_profiler.h): a large block of its
@@ -28,7 +29,6 @@ struct Heap;
 // by the freeing thread's heap; sample_spans_release gives them back.
 void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment);
 void sample_spans_release(Heap* heap);
-void* large_realloc(Page* page, void* ptr, size_t size);
 
 void* huge_alloc(size_t size, size_t alignment, bool zero);
 void huge_free(Segment* segment);

@@ -82,9 +82,12 @@ inline uint8_t segment_map_entry(uintptr_t address) {
 inline Segment* segment_at(uintptr_t base) { return reinterpret_cast<Segment*>(base + kSegmentHeaderOffset); }
 inline Segment* segment_of(uintptr_t address) { return segment_at(address & ~kSegmentMask); }
 
-inline Page* page_of(const Segment* segment, uintptr_t address) {
-  return segment->page_of_slice[(address - segment->base()) >> kSliceShift];
+// The slice-map entry of the slice holding `address`.
+inline Page* const* page_slot_of(const Segment* segment, uintptr_t address) {
+  return &segment->page_of_slice[(address - segment->base()) >> kSliceShift];
 }
+
+inline Page* page_of(const Segment* segment, uintptr_t address) { return *page_slot_of(segment, address); }
 
 // Null when xalloc does not own the address (or it lies in a huge tail).
 inline Page* lookup_page(uintptr_t address) {
