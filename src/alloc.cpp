@@ -42,7 +42,7 @@ void free_foreign(void* ptr, Caller caller) {
 XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
   if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
-  if (block->marker == free_marker(page)) report_misuse("double free", block, page->block_size(), caller);
+  if (block->marker == free_marker(block)) report_misuse("double free", block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
 }
@@ -213,7 +213,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
     case PageKind::kSlab: {
       if (!is_block_start(page, address))
         report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
-      if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(page))
+      if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(static_cast<FreeBlock*>(ptr)))
         report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
       size_t old_size = page->block_size() - secure::kCanaryBytes;
       // Stay in place unless the block would be less than half used.

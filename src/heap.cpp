@@ -95,7 +95,7 @@ void slab_carve(Page* page) {
   for (size_t i = count; i-- > 0;) {
     auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
     set_next_free(page, block, next);
-    if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(page);
+    if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(block);
     next = block;
     index = index >= stride ? index - stride : index + count - stride;
   }
@@ -233,7 +233,7 @@ void check_slab(const Heap* heap, const Page* page) {
     auto a = reinterpret_cast<uintptr_t>(b);
     XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size());
     XALLOC_CHECK(is_block_start(page, a));
-    XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(page));
+    XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(b));
     XALLOC_CHECK(++free_count <= page->carved);
   }
   uint32_t used = static_cast<uint32_t>(page->carved - free_count);

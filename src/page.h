@@ -17,8 +17,9 @@ namespace xalloc {
 struct Heap;
 
 // What a free block holds: the next pointer of whatever list it is on, and
-// a marker that says "this block is free": the address of its slab's
-// descriptor, which no program stores in its data (see alloc.h).
+// a marker that says "this block is free": its address mixed with a secret
+// of the process (free_marker in slab.h), which no program stores in its
+// data by accident.
 struct FreeBlock {
   FreeBlock* next;
   uintptr_t marker;

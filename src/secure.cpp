@@ -22,7 +22,7 @@ __thread uint64_t t_random_state = 0;
 void init_secret() {
   g_secret = os::random_u64() | 1;
   g_link_secret = os::random_u64();
-  g_marker_secret = os::random_u64() | 1;  // never 0 ^ a descriptor address
+  g_marker_secret = os::random_u64() | 1;  // never 0: a block's marker is not its address
 }
 
 uint64_t next_random() {

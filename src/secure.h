@@ -6,7 +6,8 @@
 // ends in a canary checked when it is freed, freed blocks wait in a
 // per-thread quarantine before they can be reused, and guard pages surround
 // segment headers and follow large and huge blocks. In the default build every hook here is a
-// constant that the compiler folds away. docs/security.md has the details.
+// constant that the compiler folds away, but for the free-marker secret,
+// which every build uses (slab.h). docs/security.md has the details.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +26,7 @@ inline constexpr bool kEnabled = XALLOC_SECURE != 0;
 // about the canaries, whose key is g_secret.
 extern uintptr_t g_secret;         // canaries, thread random seeds
 extern uintptr_t g_link_secret;    // free-list and remote-list links
-extern uintptr_t g_marker_secret;  // free markers
+extern uintptr_t g_marker_secret __attribute__((visibility("hidden")));  // free markers (every build)
 void init_secret();
 
 // Bytes at the end of every slab block that hold its canary.

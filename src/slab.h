@@ -28,13 +28,15 @@ namespace xalloc {
 
 [[noreturn]] void report_corrupt_free_list(const Page* page, const void* block);
 
-// The marker of a free block of `page`. By default the address of the
-// slab's descriptor: it is in a register on the free path anyway, and no
-// program has reason to store it in its own data. In secure mode it is
-// combined with a secret, which a program cannot forge.
-XALLOC_INLINE uintptr_t free_marker(const Page* page) {
-  auto p = reinterpret_cast<uintptr_t>(page);
-  return secure::kEnabled ? secure::g_marker_secret ^ p : p;
+// The marker of `block` while it is free: its address combined with a
+// random secret of the process. Programs copy stale bytes into their blocks
+// (an uninitialised field copied from the stack, a union's unused bytes);
+// a marker anything in the process might hold already - an address the
+// allocator itself leaves on the stack, a block's pointer to itself, the
+// marker of some other free block - would make such a copy read as "free"
+// and a correct program abort with a false double free.
+XALLOC_INLINE uintptr_t free_marker(const FreeBlock* block) {
+  return secure::g_marker_secret ^ reinterpret_cast<uintptr_t>(block);
 }
 
 // The key of `page`'s free-list links: a secret, different in every slab.
@@ -106,7 +108,7 @@ XALLOC_INLINE void slab_push(Page* page, FreeBlock* block) {
 // overwritten - the caller reports it.
 XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block) {
   if (XALLOC_MISUSE_CHECKS) {
-    uintptr_t marker = free_marker(page);
+    uintptr_t marker = free_marker(block);
     if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block)) || block->marker == marker ||
                         !canary_intact(page, block)))
       return false;
