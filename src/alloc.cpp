@@ -42,6 +42,8 @@ void free_foreign(void* ptr, Caller caller) {
 XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
   if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
+  if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes()))
+    report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
   if (block->marker == free_marker(block)) report_misuse("double free", block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
@@ -95,9 +97,10 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
 XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller caller) {
   if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment, page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
-  if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block))))
+  uint32_t carved = page->carved_bytes();
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved)))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_MISUSE_CHECKS && XALLOC_UNLIKELY(!slab_check_and_mark(page, block)))
+  if (XALLOC_MISUSE_CHECKS && XALLOC_UNLIKELY(!slab_check_and_mark(page, block, carved)))
     return report_slab_misuse(page, block, caller);
   Heap* owner = page->owner;
   Heap* heap = t_heap;
@@ -213,6 +216,8 @@ void* realloc(void* ptr, size_t size, Caller caller) {
     case PageKind::kSlab: {
       if (!is_block_start(page, address))
         report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
+      if (!is_carved_block_start(page, address, page->carved_bytes()))
+        report_misuse("invalid realloc (pointer into free memory)", ptr, page->block_size(), caller);
       if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(static_cast<FreeBlock*>(ptr)))
         report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
       size_t old_size = page->block_size() - secure::kCanaryBytes;

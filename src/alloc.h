@@ -51,7 +51,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     Page* page = page_of(segment_of(address), address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
-    if (XALLOC_LIKELY(page->owner == heap) && XALLOC_LIKELY(slab_check_and_mark(page, block))) {
+    if (XALLOC_LIKELY(page->owner == heap) && XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_end))) {
       if (secure::kEnabled) return quarantine_free(heap, page, block);
       slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);

@@ -72,9 +72,9 @@ void slab_carve(Page* page) {
   size_t size = page->block_size();
   size_t count = kCarveBytes / size;
   if (count == 0) count = 1;
-  size_t left = page->capacity - page->carved;
+  size_t left = page->capacity() - page->carved();
   if (count > left) count = left;
-  uintptr_t first = page->start + page->carved * size;
+  uintptr_t first = page->start + page->carved_bytes();
   FreeBlock* next = page->free;
   // Link back to front so the list runs in address order; secure mode
   // shuffles the batch (a random cyclic shift of a random stride) so the
@@ -100,7 +100,7 @@ void slab_carve(Page* page) {
     index = index >= stride ? index - stride : index + count - stride;
   }
   page->free = next;
-  page->carved = static_cast<uint16_t>(page->carved + count);
+  page->set_carved_bytes(page->carved_bytes() + static_cast<uint32_t>(count * size));
 }
 
 Page* slab_create(Heap* heap, unsigned cls) {
@@ -114,8 +114,7 @@ Page* slab_create(Heap* heap, unsigned cls) {
   page->set_state(SlabState::kDetached);
   page->is_zero = is_zero ? 1 : 0;
   page->div_magic = info.div_magic;
-  page->capacity = info.capacity;
-  page->carved = 0;
+  page->set_carved_bytes(0);
   page->owner = heap;
   stats::add(stats::g_global.slab_in_use, page->span_bytes());
   stats::note_slab_created(cls);
@@ -176,10 +175,10 @@ void spares_expire(Heap* heap) {
 // The current slab has no block left to hand out: it sleeps until enough
 // of its blocks come back.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
-  XALLOC_CHECK(page->free == nullptr && page->carved == page->capacity);
-  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity);
+  XALLOC_CHECK(page->free == nullptr && page->fully_carved());
+  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity());
   set_current(heap, cls, &g_empty_page);
-  page->needed = wake_threshold(page->capacity);
+  page->needed = wake_threshold(page->capacity());
   page->set_state(SlabState::kFull);
 }
 
@@ -195,9 +194,9 @@ void make_current(Heap* heap, unsigned cls, Page* page) {
 void settle_uncurrent(Heap* heap, Page* page) {
   if (page->needed == 0) {
     slab_release(heap, page);
-  } else if (page->free == nullptr && page->carved == page->capacity) {
+  } else if (page->free == nullptr && page->fully_carved()) {
     // No free block and nothing left to carve: every block is in use.
-    page->needed = wake_threshold(page->capacity);
+    page->needed = wake_threshold(page->capacity());
     page->set_state(SlabState::kFull);
   } else {
     partial_push(heap, page);
@@ -227,20 +226,19 @@ void heap_periodic(Heap* heap) {
 void check_slab(const Heap* heap, const Page* page) {
   XALLOC_CHECK(page->kind() == PageKind::kSlab);
   XALLOC_CHECK(page->owner == heap);
-  XALLOC_CHECK(page->carved <= page->capacity);
+  XALLOC_CHECK(page->carved_bytes() % page->block_size() == 0 && page->carved() <= page->capacity());
   size_t free_count = 0;
   for (FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) {
     auto a = reinterpret_cast<uintptr_t>(b);
-    XALLOC_CHECK(a >= page->start && a < page->start + size_t{page->carved} * page->block_size());
-    XALLOC_CHECK(is_block_start(page, a));
+    XALLOC_CHECK(is_carved_block_start(page, a, page->carved_bytes()));
     XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(b));
-    XALLOC_CHECK(++free_count <= page->carved);
+    XALLOC_CHECK(++free_count <= page->carved());
   }
-  uint32_t used = static_cast<uint32_t>(page->carved - free_count);
+  uint32_t used = static_cast<uint32_t>(page->carved() - free_count);
   switch (page->state()) {
     case SlabState::kCurrent: XALLOC_CHECK(page->needed >= kCurrentBias + used); break;
     case SlabState::kPartial: XALLOC_CHECK(page->needed >= used); break;  // inbox blocks count as used
-    case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity)); break;
+    case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity())); break;
     default: XALLOC_CHECK(false);
   }
 }
@@ -253,7 +251,7 @@ uint64_t slab_blocks_in_use(const Page* page) {
   switch (page->state()) {
     case SlabState::kCurrent: return needed - kCurrentBias;
     case SlabState::kPartial: return needed;
-    case SlabState::kFull: return page->capacity - (wake_threshold(page->capacity) - needed);
+    case SlabState::kFull: return page->capacity() - (wake_threshold(page->capacity()) - needed);
     default: return 0;
   }
 }
@@ -305,7 +303,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   Page* page = heap->current[cls];
   XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
   if (page->free != nullptr) return slab_pop(page, page->free);
-  if (page != &g_empty_page && page->carved < page->capacity) {
+  if (page != &g_empty_page && !page->fully_carved()) {
     slab_carve(page);
     return slab_pop(page, page->free);
   }
@@ -336,7 +334,7 @@ void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size) {
   // Blocks of a page or more are carved one at a time, so the next one
   // comes straight from fresh memory when the free list is empty.
   bool fresh = page->free == nullptr && page != &g_empty_page && page->is_zero &&
-               page->carved < page->capacity && page->block_size() >= kCarveBytes;
+               !page->fully_carved() && page->block_size() >= kCarveBytes;
   void* block = page->free != nullptr ? slab_pop(page, page->free) : heap_alloc_slow(heap, cls);
   if (block != nullptr) memset(block, 0, fresh ? sizeof(FreeBlock) : size);
   return block;
@@ -349,7 +347,7 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
       slab_empty(heap, page);  // every block is free
       break;
     case SlabState::kFull: {
-      uint32_t in_use = page->capacity - wake_threshold(page->capacity);
+      uint32_t in_use = page->capacity() - wake_threshold(page->capacity());
       if (in_use == 0) {
         page->set_state(SlabState::kDetached);
         slab_empty(heap, page);
@@ -460,13 +458,13 @@ void window_open(Heap* heap, unsigned cls) {
   uint64_t size = kClassInfo[cls].size;
   // A current slab's blocks are carved, and either listed or in use
   // (blocks in the inbox count as in use until drained).
-  uint64_t listed = page->carved - (page->needed - kCurrentBias);
+  uint64_t listed = page->carved() - (page->needed - kCurrentBias);
   // Every empty window costs a trip through here: carve ahead (a few
   // batches) rather than open windows of one batch of large blocks.
-  while (listed * size < kWindowCarveBytes && page->carved < page->capacity) {
-    uint64_t before = page->carved;
+  while (listed * size < kWindowCarveBytes && !page->fully_carved()) {
+    uint64_t before = page->carved();
     slab_carve(page);
-    listed += page->carved - before;
+    listed += page->carved() - before;
   }
   if (listed == 0) return;
   FreeBlock* first = page->free;

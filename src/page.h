@@ -60,8 +60,13 @@ struct alignas(64) Page {
     uint64_t freed_at;       // free span: when it became free (ms), for purge decay
   };
   // --- warm ---
-  uint16_t capacity;         // slab: blocks that fit
-  uint16_t carved;           // slab: blocks carved so far (lazily, in batches)
+  // Slab: bytes from `start` carved into blocks so far (lazily, in
+  // batches). No block past it has been handed out or listed since the slab
+  // was made, so a pointer there is not a live block: the free path checks.
+  // Written by the owning heap, read by any thread that frees into the slab
+  // (relaxed atomics: it only grows while blocks of the slab are live, and a
+  // block was carved before it was handed to the thread that frees it).
+  uint32_t carved_end;
   // Written under the span allocator's lock (or before the span is handed
   // out); read by any thread that frees into the span.
   uint16_t slice_count : 12; // span length in slices
@@ -82,6 +87,12 @@ struct alignas(64) Page {
   void set_state(SlabState s) { state_bits = static_cast<uint8_t>(s) & 3; }
   size_t span_bytes() const { return size_t{slice_count} << kSliceShift; }
   uint32_t block_size() const { return kClassInfo[size_class].size; }
+  // Slab: blocks that fit, and blocks carved so far.
+  uint32_t capacity() const { return kClassInfo[size_class].capacity; }
+  uint32_t carved_bytes() const { return __atomic_load_n(&carved_end, __ATOMIC_RELAXED); }
+  void set_carved_bytes(uint32_t bytes) { __atomic_store_n(&carved_end, bytes, __ATOMIC_RELAXED); }
+  uint32_t carved() const { return carved_bytes() / block_size(); }
+  bool fully_carved() const { return carved_bytes() == capacity() * block_size(); }
 };
 
 static_assert(sizeof(Page) == 64);

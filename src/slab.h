@@ -53,6 +53,19 @@ XALLOC_INLINE bool is_block_start(const Page* page, uintptr_t address) {
   return (address - page->start) * page->div_magic < page->div_magic;
 }
 
+// True when `address`, which lies in `page`'s span (the slice map says so,
+// so its offset fits in 32 bits), is the start of a block of `page` that
+// has been carved; `carved` is page->carved_end, which the slab's owner
+// reads plainly (it is the only writer) and other threads atomically. A
+// block past the carved part was never handed out by this slab: freeing it
+// is misuse (typically a double free of a block of an earlier slab in the
+// same memory), and it has no free marker to tell, as its memory may have
+// been purged since.
+XALLOC_INLINE bool is_carved_block_start(const Page* page, uintptr_t address, uint32_t carved) {
+  uintptr_t offset = address - page->start;
+  return static_cast<uint32_t>(offset) < carved && offset * page->div_magic < page->div_magic;
+}
+
 XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next) {
   return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^ link_key(page));
 }
@@ -62,7 +75,7 @@ XALLOC_INLINE FreeBlock* next_free(const Page* page, const FreeBlock* block) {
   FreeBlock* next = encode_link(page, block->next);
   if (secure::kEnabled && next != nullptr) {
     auto a = reinterpret_cast<uintptr_t>(next);
-    if (XALLOC_UNLIKELY(a - page->start >= page->span_bytes() || !is_block_start(page, a)))
+    if (XALLOC_UNLIKELY(a - page->start >= page->carved_bytes() || !is_block_start(page, a)))
       report_corrupt_free_list(page, block);
   }
   return next;
@@ -103,13 +116,15 @@ XALLOC_INLINE void slab_push(Page* page, FreeBlock* block) {
   page->free = block;
 }
 
-// Validates a block freed by the slab's owner and marks it free; false if
-// it is not a block start, is already free, or (secure mode) its canary was
-// overwritten - the caller reports it.
-XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block) {
+// Validates a block being freed and marks it free; false if it is not a
+// carved block of `page` (`carved` as for is_carved_block_start), is
+// already free, or (secure mode) its canary was overwritten - the caller
+// reports it.
+XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block, uint32_t carved) {
   if (XALLOC_MISUSE_CHECKS) {
     uintptr_t marker = free_marker(block);
-    if (XALLOC_UNLIKELY(!is_block_start(page, reinterpret_cast<uintptr_t>(block)) || block->marker == marker ||
+    if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved) ||
+                        block->marker == marker ||
                         !canary_intact(page, block)))
       return false;
     block->marker = marker;
