@@ -204,12 +204,20 @@ void settle_uncurrent(Heap* heap, Page* page) {
 }
 
 // Another thread asked for a drain (remote_free.h) and emptied the direct
-// table: drain, then point the table at the current slabs again.
+// table: drain, then point the table at the current slabs again. A sender
+// that asks again meanwhile (once the flag is clear) may have emptied the
+// table before the restore below wrote it back: with its request lost, the
+// flag would stay set and no sender would ask again, so answer it too. The
+// flag is read with a read-modify-write: one that reads 0 comes before the
+// next sender's exchange, which then sees the restore as done before it
+// empties the table.
 void answer_drain_request(Heap* heap) {
-  heap->drain_requested.store(0, std::memory_order_release);
-  heap_drain_inbox(heap);
-  for (unsigned cls = 0; cls < kNumClasses && kClassInfo[cls].size <= kMaxSmallSize; ++cls)
-    set_current(heap, cls, heap->current[cls]);
+  do {
+    heap->drain_requested.store(0, std::memory_order_release);
+    heap_drain_inbox(heap);
+    for (unsigned cls = 0; cls < kNumClasses && kClassInfo[cls].size <= kMaxSmallSize; ++cls)
+      set_current(heap, cls, heap->current[cls]);
+  } while (heap->drain_requested.fetch_or(0, std::memory_order_acq_rel) != 0);
 }
 
 void heap_periodic(Heap* heap) {
@@ -331,12 +339,18 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
 
 void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size) {
   Page* page = heap->current[cls];
-  // Blocks of a page or more are carved one at a time, so the next one
-  // comes straight from fresh memory when the free list is empty.
-  bool fresh = page->free == nullptr && page != &g_empty_page && page->is_zero &&
-               !page->fully_carved() && page->block_size() >= kCarveBytes;
+  uint64_t carved_before = page->carved_bytes();
   void* block = page->free != nullptr ? slab_pop(page, page->free) : heap_alloc_slow(heap, cls);
-  if (block != nullptr) memset(block, 0, fresh ? sizeof(FreeBlock) : size);
+  if (block == nullptr) return nullptr;
+  // A block this call carved from a slab whose memory was all zero when it
+  // was taken (blocks of a page or more are carved one at a time) holds
+  // nothing but the words carving wrote. Decided after the fact: the slow
+  // path may drain blocks back from other threads onto this very slab and
+  // hand out one of those, or move on to another slab.
+  auto address = reinterpret_cast<uintptr_t>(block);
+  bool fresh = page != &g_empty_page && page->is_zero && address >= page->start + carved_before &&
+               address < page->start + page->carved_bytes();
+  memset(block, 0, fresh ? sizeof(FreeBlock) : size);
   return block;
 }
 

@@ -458,6 +458,10 @@ void poll_signal() {
   if (g_dump_requested.load(std::memory_order_relaxed) != 0 && g_dump_requested.exchange(0) != 0) dump(nullptr);
 }
 
+void lock_for_fork() { g_lock.lock(); }
+void unlock_after_fork_parent() { g_lock.unlock(); }
+void reset_after_fork_child() { g_lock.reset_after_fork(); }
+
 void at_exit() {
   if (!profiling()) return;
   if (g_options.prof) dump(nullptr);

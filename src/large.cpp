@@ -291,6 +291,18 @@ void huge_free(Segment* segment) {
   }
 }
 
+// Gives back the end of a huge block's mapping. The 32 MiB granules it
+// frees are unmarked in the segment map before the pages go: once they are
+// unmapped, another thread may map them and mark them as its own.
+static bool shrink_mapping(uintptr_t base, size_t old_mapping, size_t mapping) {
+  uintptr_t kept_end = round_up(base + mapping, kSegmentSize);
+  uintptr_t old_end = base + old_mapping;
+  if (kept_end < old_end) segment_map_set(kept_end, old_end - kept_end, false);
+  if (os::remap_in_place(reinterpret_cast<void*>(base), old_mapping, mapping)) return true;
+  segment_map_set(base, old_mapping, true);
+  return false;
+}
+
 void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   if (size > kMaxRequest) return fail_enomem();
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
@@ -307,23 +319,23 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
     Segment* moved = segment;
     auto* base = reinterpret_cast<void*>(segment->base());
     if (mapping < old_mapping) {
-      resized = os::remap_in_place(base, old_mapping, mapping);
+      resized = shrink_mapping(segment->base(), old_mapping, mapping);
     } else if (os::remap_in_place(base, old_mapping, mapping)) {
       resized = true;
-    } else {
+    } else if (void* target = os::map_aligned(mapping, kSegmentSize); target != nullptr) {
       // Move the pages to a fresh aligned reservation instead of copying.
-      void* target = os::map_aligned(mapping, kSegmentSize);
-      if (target != nullptr &&
-          os::remap_to(reinterpret_cast<void*>(segment->base()), old_mapping, mapping, target)) {
+      // Once they move, another thread may map the old range and mark it
+      // as its own: unmark it first.
+      segment_map_set(segment->base(), old_mapping, false);
+      if (os::remap_to(base, old_mapping, mapping, target)) {
         moved = segment_at(reinterpret_cast<uintptr_t>(target));
-        segment_map_set(segment->base(), old_mapping, false);
         resized = true;
-      } else if (target != nullptr) {
+      } else {
+        segment_map_set(segment->base(), old_mapping, true);
         os::unmap(target, mapping);
       }
     }
     if (resized) {
-      if (moved == segment) segment_map_set(segment->base(), old_mapping, false);
       segment_map_set(moved->base(), mapping, true);
       stats::add(stats::g_global.mapped, mapping);
       stats::sub(stats::g_global.mapped, old_mapping);

@@ -130,6 +130,7 @@ void thread_heap_teardown(void* arg) {
 
 // fork(): hold every lock across it so the child sees consistent state.
 void fork_prepare() {
+  prof::lock_for_fork();
   g_registry_lock.lock();
   huge_cache_lock_for_fork();
   g_spans.lock_for_fork();
@@ -139,12 +140,14 @@ void fork_parent() {
   g_spans.unlock_after_fork_parent();
   huge_cache_unlock_after_fork_parent();
   g_registry_lock.unlock();
+  prof::unlock_after_fork_parent();
 }
 
 void fork_child() {
   g_spans.reset_after_fork_child();
   huge_cache_reset_after_fork_child();
   g_registry_lock.reset_after_fork();
+  prof::reset_after_fork_child();
   // The purger thread does not exist in the child: start another.
   g_purger_running.store(false);
   start_purger();

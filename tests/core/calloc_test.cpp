@@ -2,8 +2,10 @@
 // dirtied and freed (small, large and huge).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -115,4 +117,37 @@ TEST(Calloc, MixedWithMallocInSameClass) {
     }
   }
   for (void* p : dirty) xalloc_free(p);
+}
+
+// calloc above 1 KiB clears only the free-list words of a block it carves
+// from a slab whose memory came zero from the OS. When other threads have
+// sent the slab's blocks back (enough bytes to ask the owner for a drain),
+// the allocation's slow path drains them onto that very slab and hands one
+// out: it is dirty and must be cleared whole.
+TEST(Calloc, BlocksDrainedBackFromAnotherThreadAreClearedWhole) {
+  constexpr size_t kSize = 5000;  // 12 blocks per slab, carved one at a time
+  constexpr int kBlocks = 64;     // 320 KiB sent back: past the drain request threshold
+  std::vector<void*> blocks;
+  std::atomic<int> stage{0};
+  bool all_zero = true;
+  std::thread owner([&] {
+    for (int i = 0; i < kBlocks; ++i) blocks.push_back(xalloc_calloc(1, kSize));
+    stage.store(1);
+    while (stage.load() != 2) std::this_thread::yield();
+    // The next allocation of this thread: nothing else may take the slow
+    // path first and answer the drain request.
+    auto* p = static_cast<unsigned char*>(xalloc_calloc(1, kSize));
+    for (size_t i = 0; i < kSize; ++i) all_zero = all_zero && p[i] == 0;
+    xalloc_free(p);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  for (void* p : blocks) {
+    EXPECT_NE(p, nullptr);
+    if (p != nullptr) std::memset(p, 0xAB, kSize);
+  }
+  for (void* p : blocks) xalloc_free(p);
+  xalloc_trim(0);  // sends what this thread still buffers for the owner
+  stage.store(2);
+  owner.join();
+  EXPECT_TRUE(all_zero);
 }

@@ -484,6 +484,18 @@ TEST(Profiler, DoubleFreeOfASampledBlockIsReported) {
   EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << r.describe();
 }
 
+// fork() while another thread holds the profiler's lock (it samples every
+// allocation) must not leave the child waiting for that lock forever.
+TEST(Profiler, ForkWhileAnotherThreadSamplesLeavesTheChildWorking) {
+  TempDir dir;
+  Outcome r = run_program({XTEST_PROF_WORKLOAD, "fork"},
+                          {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=1",
+                           "XALLOC_PROF_PREFIX=" + dir.path() + "/p"},
+                          60);
+  EXPECT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_NE(r.out.find("forks ok"), std::string::npos) << r.describe();
+}
+
 // Buffers grown by realloc stay sampled as they are resized in place or
 // remapped, and count at their final size.
 TEST(Profiler, BuffersGrownByReallocCountAtTheirFinalSize) {

@@ -16,13 +16,18 @@
  * to 24 MiB each (96 MiB live at exit, through large and huge blocks).
  * `prof_workload double-free` (run with every allocation sampled) frees
  * sampled blocks, whose spans the profiler keeps for reuse, then frees one
- * of them again: the second free must be reported. */
+ * of them again: the second free must be reported. `prof_workload fork`
+ * (every allocation sampled) forks 200 times while a second thread samples
+ * without pause; each child allocates and frees a (sampled) block: a child
+ * that inherited the profiler's lock held would wait for it forever. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define SMALL_COUNT 100000
 #define SMALL_SIZE 1000
@@ -105,8 +110,37 @@ static int double_free(void) {
   return 0;
 }
 
+static volatile int g_stop_sampling;
+
+static void* sample_without_pause(void* arg) {
+  (void)arg;
+  while (!g_stop_sampling) free(malloc(64));
+  return NULL;
+}
+
+static int fork_while_sampling(void) {
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, sample_without_pause, NULL) != 0) return 1;
+  for (int i = 0; i < 200; ++i) {
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      alarm(10);  /* a child stuck on the lock dies instead of hanging the test */
+      free(malloc(64));
+      _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+  }
+  g_stop_sampling = 1;
+  pthread_join(thread, NULL);
+  printf("forks ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   void* result = NULL;
+  if (argc > 1 && strcmp(argv[1], "fork") == 0) return fork_while_sampling();
   if (argc > 1 && strcmp(argv[1], "double-free") == 0) return double_free();
   if (argc > 1 && strcmp(argv[1], "large-thread") == 0) {
     void** medium = calloc(MEDIUM_COUNT, sizeof(void*));
