@@ -94,8 +94,7 @@ void poll_signal();
 
 void at_exit();
 
-// fork(): the profiler's lock is held across it (taken first: a dump
-// allocates while it holds it), and is free in the child.
+// fork(): the profiler's lock is held across it, and is free in the child.
 void lock_for_fork();
 void unlock_after_fork_parent();
 void reset_after_fork_child();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "platform/os.h"
 #include "report.h"
 
 namespace xalloc {
@@ -93,7 +94,36 @@ __attribute__((noinline)) int step_trace(void** frames, int want) {
   return got;
 }
 
+// Threads inside libunwind, and a fork waiting for them to leave
+// (stack_trace_hold_for_fork). A walker counts itself in, then checks that
+// no fork is pending; the fork sets its flag, then waits for the count to
+// reach zero: with both sequentially consistent, one of them sees the other.
+std::atomic<uint32_t> g_walkers{0};
+std::atomic<bool> g_fork_pending{false};
+
+class WalkGuard {
+ public:
+  WalkGuard() {
+    for (;;) {
+      while (g_fork_pending.load(std::memory_order_acquire)) os::yield_cpu();
+      g_walkers.fetch_add(1, std::memory_order_seq_cst);
+      if (!g_fork_pending.load(std::memory_order_seq_cst)) return;
+      g_walkers.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  }
+  ~WalkGuard() { g_walkers.fetch_sub(1, std::memory_order_release); }
+  WalkGuard(const WalkGuard&) = delete;
+  WalkGuard& operator=(const WalkGuard&) = delete;
+};
+
 }  // namespace
+
+void stack_trace_hold_for_fork() {
+  g_fork_pending.store(true, std::memory_order_seq_cst);
+  while (g_walkers.load(std::memory_order_seq_cst) != 0) os::yield_cpu();
+}
+
+void stack_trace_release_after_fork() { g_fork_pending.store(false, std::memory_order_release); }
 
 int stack_trace_capture(void** out, int max, int skip) {
   if (!stack_trace_load()) return 0;
@@ -101,7 +131,11 @@ int stack_trace_capture(void** out, int max, int skip) {
   int want = max + skip + 1 < 128 ? max + skip + 1 : 128;
   bool stepping = t_traces_taken < kStepTracesPerThread;
   if (stepping) ++t_traces_taken;
-  int got = stepping ? step_trace(frames, want) : g_unwind.backtrace(frames, want);
+  int got = 0;
+  {
+    WalkGuard walking;
+    got = stepping ? step_trace(frames, want) : g_unwind.backtrace(frames, want);
+  }
   int first = skip + 1;  // this function's own frame
   int n = 0;
   for (int i = first; i < got && n < max; ++i) out[n++] = frames[i];
@@ -113,6 +147,7 @@ void stack_trace_print() {
     report::message("(no stack trace: libunwind.so.8 is not installed)");
     return;
   }
+  WalkGuard walking;
   unw_context_t context;
   unw_cursor_t cursor;
   if (g_unwind.getcontext(&context) != 0 || g_unwind.init_local(&cursor, &context) != 0) return;

@@ -21,4 +21,11 @@ int stack_trace_capture(void** out, int max, int skip);
 // at the first frame outside xalloc.
 void stack_trace_print();
 
+// fork(): waits until no thread is inside libunwind, and keeps new walks
+// out until the fork is done (in the parent and in the child). libunwind
+// holds a lock of its own while it walks: a child forked at that moment
+// would wait for it forever.
+void stack_trace_hold_for_fork();
+void stack_trace_release_after_fork();
+
 }  // namespace xalloc

@@ -11,6 +11,7 @@
 #include "options.h"
 #include "platform/lock.h"
 #include "platform/os.h"
+#include "stack_trace.h"
 #include "report.h"
 #include "secure.h"
 #include "span_allocator.h"
@@ -129,8 +130,11 @@ void thread_heap_teardown(void* arg) {
 }
 
 // fork(): hold every lock across it so the child sees consistent state.
+// The profiler's lock comes first: a profile dump holds it while it
+// allocates; stack walks run outside it.
 void fork_prepare() {
   prof::lock_for_fork();
+  stack_trace_hold_for_fork();
   g_registry_lock.lock();
   huge_cache_lock_for_fork();
   g_spans.lock_for_fork();
@@ -140,6 +144,7 @@ void fork_parent() {
   g_spans.unlock_after_fork_parent();
   huge_cache_unlock_after_fork_parent();
   g_registry_lock.unlock();
+  stack_trace_release_after_fork();
   prof::unlock_after_fork_parent();
 }
 
@@ -147,6 +152,7 @@ void fork_child() {
   g_spans.reset_after_fork_child();
   huge_cache_reset_after_fork_child();
   g_registry_lock.reset_after_fork();
+  stack_trace_release_after_fork();
   prof::reset_after_fork_child();
   // The purger thread does not exist in the child: start another.
   g_purger_running.store(false);

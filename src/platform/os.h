@@ -30,6 +30,9 @@ bool remap_to(void* addr, size_t old_size, size_t new_size, void* target);
 bool protect_none(void* addr, size_t size);
 bool protect_read_write(void* addr, size_t size);
 
+// Lets another thread run.
+void yield_cpu();
+
 // Futex-based waiting on a 32-bit word (private to the process).
 void futex_wait(const volatile uint32_t* word, uint32_t expected);
 void futex_wake_one(const volatile uint32_t* word);

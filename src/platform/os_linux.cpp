@@ -120,6 +120,8 @@ void futex_wake_one(const volatile uint32_t* word) {
   raw_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAKE_PRIVATE, 1);
 }
 
+void yield_cpu() { raw_syscall(SYS_sched_yield); }
+
 uint64_t thread_id() { return static_cast<uint64_t>(raw_syscall(SYS_gettid)); }
 uint64_t process_id() { return static_cast<uint64_t>(raw_syscall(SYS_getpid)); }
 
