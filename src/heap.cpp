@@ -1,5 +1,6 @@
 #include "heap.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
@@ -429,9 +430,11 @@ void heap_drain_inbox(Heap* heap) {
 
 void quarantine_free(Heap* heap, Page* /*page*/, FreeBlock* block) {
 #if XALLOC_SECURE
+  size_t slots = std::min<size_t>(g_options.quarantine, secure::kQuarantineSlots);
+  if (slots == 0) return release_quarantined(heap, block);
   // The oldest block in the ring makes room: it has waited the longest.
   size_t slot = heap->quarantine_next;
-  size_t next_slot = (slot + 1) % secure::kQuarantineSlots;
+  size_t next_slot = slot + 1 < slots ? slot + 1 : 0;
   heap->quarantine_next = next_slot;
   FreeBlock* evicted = heap->quarantine[slot];
   heap->quarantine[slot] = block;

@@ -43,6 +43,8 @@ const OptionSpec kSpecs[] = {
      "heap profiles are written to <prefix>.<pid>.heap and .collapsed"},
     {"PROF_SIGNAL", OptionType::kCount, &g_options.prof_signal, "signal number that writes a heap profile"},
     {"LEAKS", OptionType::kBool, &g_options.leaks, "print the top allocation sites of memory live at exit"},
+    {"QUARANTINE", OptionType::kCount, &g_options.quarantine,
+     "secure build: freed blocks each thread holds back from reuse (at most 256)"},
 };
 
 bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {

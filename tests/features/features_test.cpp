@@ -263,6 +263,21 @@ TEST(Secure, FreedBlockIsNotReusedAtOnce) {
   EXPECT_TRUE(r.exited_ok()) << r.describe();
 }
 
+// A freed block comes back only after as many other frees as the
+// quarantine holds (XALLOC_QUARANTINE, default 256; 0: at once).
+TEST(Secure, QuarantineDelaysReuseByItsDepth) {
+  for (const auto& [setting, depth] : {std::pair<std::string, int>{"", 256}, {"XALLOC_QUARANTINE=16", 16},
+                                       {"XALLOC_QUARANTINE=0", 0}}) {
+    std::vector<std::string> env = {preload(XTEST_LIBXALLOC_SECURE)};
+    if (!setting.empty()) env.push_back(setting);
+    Outcome r = run_program({XTEST_SECURE_PROBE, "delay"}, env, 30);
+    ASSERT_TRUE(r.exited_ok()) << setting << ": " << r.describe();
+    std::string line = line_starting(r.out, "reused after ");
+    ASSERT_FALSE(line.empty()) << setting << ": " << r.describe();
+    EXPECT_EQ(std::atoi(line.c_str() + 13), depth) << setting << ": " << line;
+  }
+}
+
 TEST(Secure, PythonWorkloadRuns) {
   const char* python = "/usr/bin/python3";
   if (!file_exists(python)) GTEST_SKIP() << "no " << python;

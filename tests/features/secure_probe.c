@@ -9,6 +9,8 @@
  *   secure_probe guard        writes one byte just past a large block's pages: must fault
  *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
  *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
+ *   secure_probe delay        frees a block, then mallocs and frees 64-byte blocks until
+ *                             the block comes back: prints how many frees that took
  *
  * Before the misuse each prints "block <address>" (and flushes), so that the
  * test can match the report's address. */
@@ -109,6 +111,22 @@ static int reuse(void) {
   return 0;
 }
 
+static int delay(void) {
+  void* p = launder(malloc(64));
+  uintptr_t freed = (uintptr_t)p;
+  free(p);
+  for (int frees = 0; frees < 100000; ++frees) {
+    void* q = launder(malloc(64));
+    if ((uintptr_t)q == freed) {
+      printf("reused after %d frees\n", frees);
+      return 0;
+    }
+    free(q);
+  }
+  printf("not reused after 100000 frees\n");
+  return 1;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "overflow") == 0) return overflow(0);
@@ -118,6 +136,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "guard") == 0) return guard();
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
-  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|order|reuse\n", argv[0]);
+  if (strcmp(mode, "delay") == 0) return delay();
+  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|order|reuse|delay\n", argv[0]);
   return 2;
 }
