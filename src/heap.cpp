@@ -73,35 +73,44 @@ void slab_carve(Page* page) {
   size_t size = page->block_size();
   size_t count = kCarveBytes / size;
   if (count == 0) count = 1;
-  size_t left = page->capacity() - page->carved();
-  if (count > left) count = left;
-  uintptr_t first = page->start + page->carved_bytes();
+  uint32_t carved = page->carved_bytes();
+  size_t left_bytes = size_t{page->capacity()} * size - carved;
+  if (count * size > left_bytes) count = left_bytes / size;
+  uintptr_t first = page->start + carved;
   FreeBlock* next = page->free;
+  uintptr_t marker_secret = secure::g_marker_secret;
   // Link back to front so the list runs in address order; secure mode
   // shuffles the batch (a random cyclic shift of a random stride) so the
   // address of the next block cannot be predicted.
-  size_t stride = 1;
-  size_t shift = 0;
-  if (secure::kEnabled && count > 1) {
+  if (!secure::kEnabled) {
+    for (uintptr_t address = first + (count - 1) * size;; address -= size) {
+      auto* block = reinterpret_cast<FreeBlock*>(address);
+      *block = FreeBlock{next, XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
+      next = block;
+      if (address == first) break;
+    }
+  } else {
     uint64_t r = secure::next_random();
-    shift = static_cast<size_t>(r % count);
-    do {
+    size_t shift = static_cast<size_t>(r % count);
+    size_t stride = 1;
+    while (count > 1) {
       stride = 1 + static_cast<size_t>((r >> 20) % count);
+      if (std::gcd(stride, count) == 1) break;
       r = r * 6364136223846793005ull + 1442695040888963407ull;
-    } while (std::gcd(stride, count) != 1);
-  }
-  // Block i of the batch's order is (i * stride + shift) % count; stepping
-  // i down by one subtracts stride (below count), with no division.
-  size_t index = ((count - 1) * stride + shift) % count;
-  for (size_t i = count; i-- > 0;) {
-    auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
-    set_next_free(page, block, next);
-    if (XALLOC_MISUSE_CHECKS) block->marker = free_marker(block);
-    next = block;
-    index = index >= stride ? index - stride : index + count - stride;
+    }
+    // Block i of the batch's order is (i * stride + shift) % count;
+    // stepping i down by one subtracts stride (below count), with no
+    // division.
+    size_t index = ((count - 1) * stride + shift) % count;
+    for (size_t i = count; i-- > 0;) {
+      auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
+      *block = FreeBlock{encode_link(page, next), free_marker(block, marker_secret)};
+      next = block;
+      index = index >= stride ? index - stride : index + count - stride;
+    }
   }
   page->free = next;
-  page->set_carved_bytes(page->carved_bytes() + static_cast<uint32_t>(count * size));
+  page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }
 
 Page* slab_create(Heap* heap, unsigned cls) {
