@@ -38,9 +38,6 @@ constexpr size_t kMaxLargeSize = 16 * 1024 * 1024;
 // class size, because slabs start on slice boundaries).
 constexpr size_t kMaxSlabAlignment = kSliceSize;
 
-// Largest alignment accepted at all (posix_memalign and friends).
-constexpr size_t kMaxAlignment = size_t{1} << 30;
-
 // Largest request ever satisfied; larger ones fail with ENOMEM like glibc's
 // (which refuses anything above PTRDIFF_MAX).
 constexpr size_t kMaxRequest = (size_t{1} << kAddressBits) - kSegmentSize * 2;
