@@ -104,7 +104,7 @@ void slab_carve(Page* page) {
     size_t index = ((count - 1) * stride + shift) % count;
     for (size_t i = count; i-- > 0;) {
       auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
-      *block = FreeBlock{encode_link(page, next), free_marker(block, marker_secret)};
+      *block = FreeBlock{encode_link(page, next), XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
       next = block;
       index = index >= stride ? index - stride : index + count - stride;
     }
