@@ -20,31 +20,37 @@ struct OptionSpec {
   OptionType type;
   void* target;
   const char* help;
+  // Numbers above it are bad values: larger ones would overflow where they
+  // are used (a delay added to a clock, a percentage multiplied by bytes).
+  uint64_t max = 0;
 };
 
 const OptionSpec kSpecs[] = {
     {"PURGE_DELAY_MS", OptionType::kMillis, &g_options.purge_delay_ms,
-     "ms free memory stays resident before it is returned to the OS"},
+     "ms free memory stays resident before it is returned to the OS", uint64_t{1} << 40},
     {"DIRTY_PERCENT", OptionType::kCount, &g_options.dirty_percent,
-     "free memory kept resident for reuse, in percent of the memory in use"},
+     "free memory kept resident for reuse, in percent of the memory in use", 1000000},
     {"BACKGROUND_PURGE", OptionType::kBool, &g_options.background_purge,
      "a thread returns free memory to the OS even while the program is idle"},
-    {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse"},
-    {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse"},
+    {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse",
+     uint64_t{1} << 20},
+    {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",
+     uint64_t{1} << 47},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,
-     "bytes of cross-thread frees buffered before they are sent"},
+     "bytes of cross-thread frees buffered before they are sent", uint64_t{1} << 40},
     {"VERBOSE", OptionType::kBool, &g_options.verbose, "print the effective configuration at start-up"},
     {"STATS", OptionType::kBool, &g_options.stats, "print statistics at exit"},
     {"ABORT_ON_INVALID_FREE", OptionType::kBool, &g_options.abort_on_invalid_free,
      "abort on free() of a pointer xalloc never handed out (0: ignore it)"},
     {"PROF", OptionType::kBool, &g_options.prof, "sample allocations and write a heap profile at exit"},
-    {"PROF_RATE", OptionType::kSize, &g_options.prof_rate, "mean bytes allocated between two samples"},
+    {"PROF_RATE", OptionType::kSize, &g_options.prof_rate, "mean bytes allocated between two samples",
+     uint64_t{1} << 40},
     {"PROF_PREFIX", OptionType::kString, &g_options.prof_prefix,
      "heap profiles are written to <prefix>.<pid>.heap and .collapsed"},
-    {"PROF_SIGNAL", OptionType::kCount, &g_options.prof_signal, "signal number that writes a heap profile"},
+    {"PROF_SIGNAL", OptionType::kCount, &g_options.prof_signal, "signal number that writes a heap profile", 64},
     {"LEAKS", OptionType::kBool, &g_options.leaks, "print the top allocation sites of memory live at exit"},
     {"QUARANTINE", OptionType::kCount, &g_options.quarantine,
-     "secure build: freed blocks each thread holds back from reuse (at most 256)"},
+     "secure build: freed blocks each thread holds back from reuse (at most 256)", 256},
 };
 
 bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {
@@ -93,10 +99,14 @@ bool apply(const OptionSpec& spec, const char* value) {
     case OptionType::kBool:
       return parse_bool(value, static_cast<bool*>(spec.target));
     case OptionType::kSize:
-      return parse_unsigned(value, static_cast<uint64_t*>(spec.target), true);
     case OptionType::kMillis:
-    case OptionType::kCount:
-      return parse_unsigned(value, static_cast<uint64_t*>(spec.target), false);
+    case OptionType::kCount: {
+      uint64_t number = 0;
+      if (!parse_unsigned(value, &number, spec.type == OptionType::kSize)) return false;
+      if (spec.max != 0 && number > spec.max) return false;
+      *static_cast<uint64_t*>(spec.target) = number;
+      return true;
+    }
     case OptionType::kString:
       if (*value == '\0') return false;
       *static_cast<const char**>(spec.target) = value;  // environ outlives the program

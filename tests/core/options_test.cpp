@@ -48,6 +48,25 @@ TEST(Options, BadValueIsReported) {
   EXPECT_TRUE(xtest::has_line(r.err, "xalloc: warning: bad value in XALLOC_PURGE_DELAY_MS=soon ignored")) << r.err;
 }
 
+// Numbers too large for where they are used are bad values, not wrapped:
+// a purge delay of 2^64-1 ms added to the clock wrapped to "purge at once".
+TEST(Options, NumbersAboveTheirMaximumAreBadValues) {
+  auto r = fresh_with_env({{"XALLOC_PURGE_DELAY_MS", "18446744073709551615"},
+                           {"XALLOC_DIRTY_PERCENT", "1000000000000000000"},
+                           {"XALLOC_VERBOSE", "1"}},
+                          [] {
+                            xalloc_free(xalloc_malloc(10));
+                            return 0;
+                          });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  EXPECT_TRUE(xtest::has_line(r.err, "xalloc: warning: bad value in XALLOC_PURGE_DELAY_MS=18446744073709551615 ignored"))
+      << r.err;
+  EXPECT_TRUE(xtest::has_line(r.err, "xalloc: warning: bad value in XALLOC_DIRTY_PERCENT=1000000000000000000 ignored"))
+      << r.err;
+  EXPECT_TRUE(xtest::has_line_starting(r.err, "xalloc: option XALLOC_PURGE_DELAY_MS=500 ")) << r.err;
+  EXPECT_TRUE(xtest::has_line_starting(r.err, "xalloc: option XALLOC_DIRTY_PERCENT=12 ")) << r.err;
+}
+
 TEST(Options, VerbosePrintsTheConfiguration) {
   auto r = fresh_with_env({{"XALLOC_VERBOSE", "1"}, {"XALLOC_HUGE_CACHE", "64MiB"}}, [] {
     xalloc_free(xalloc_malloc(10));
