@@ -34,8 +34,10 @@ bool owns(const void* ptr) {
 
 void* alloc(size_t size, size_t alignment) {
   if (alignment < 16) alignment = 16;
-  // Each block is preceded by its size, for realloc.
-  size_t start = (g_used + sizeof(size_t) + alignment - 1) & ~(alignment - 1);
+  // Each block is preceded by its size, for realloc. Aligned as an
+  // address: the buffer itself is only page-aligned.
+  auto base = reinterpret_cast<uintptr_t>(g_buffer);
+  size_t start = ((base + g_used + sizeof(size_t) + alignment - 1) & ~(alignment - 1)) - base;
   if (start + size > kBufferBytes || start + size < start) {
     errno = ENOMEM;
     return nullptr;

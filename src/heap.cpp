@@ -307,7 +307,12 @@ void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
 
 void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
-    if (emergency::active()) return emergency::alloc(kClassInfo[cls].size, 16);
+    // Aligned requests come here by class too: a class's blocks are aligned
+    // to the largest power of two that divides its size.
+    if (emergency::active()) {
+      uint32_t size = kClassInfo[cls].size;
+      return emergency::alloc(size, size & (~size + 1));
+    }
     heap = thread_heap_acquire();
     if (heap == nullptr) {
       errno = ENOMEM;
