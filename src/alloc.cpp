@@ -97,10 +97,9 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
 XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller caller) {
   if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment, page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
-  uint32_t carved = page->carved_bytes();
-  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved)))
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes())))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_MISUSE_CHECKS && XALLOC_UNLIKELY(!slab_check_and_mark(page, block, carved)))
+  if (XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
   Heap* owner = page->owner;
   Heap* heap = t_heap;

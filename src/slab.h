@@ -120,20 +120,24 @@ XALLOC_INLINE void slab_push(Page* page, FreeBlock* block) {
   page->free = block;
 }
 
-// Validates a block being freed and marks it free; false if it is not a
-// carved block of `page` (`carved` as for is_carved_block_start), is
-// already free, or (secure mode) its canary was overwritten - the caller
-// reports it.
-XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block, uint32_t carved) {
+// Marks a carved block of `page` free; false if it is already free or
+// (secure mode) its canary was overwritten - the caller reports it.
+XALLOC_INLINE bool slab_mark_free(const Page* page, FreeBlock* block) {
   if (XALLOC_MISUSE_CHECKS) {
     uintptr_t marker = free_marker(block);
-    if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved) ||
-                        block->marker == marker ||
-                        !canary_intact(page, block)))
-      return false;
+    if (XALLOC_UNLIKELY(block->marker == marker || !canary_intact(page, block))) return false;
     block->marker = marker;
   }
   return true;
+}
+
+// Validates a block being freed and marks it free; false if it is not a
+// carved block of `page` (`carved` as for is_carved_block_start) or
+// slab_mark_free refuses it.
+XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block, uint32_t carved) {
+  if (!XALLOC_MISUSE_CHECKS) return true;
+  return XALLOC_LIKELY(is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved)) &&
+         slab_mark_free(page, block);
 }
 
 }  // namespace xalloc
