@@ -23,9 +23,11 @@ namespace xalloc {
 // Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
 void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
-// A block of an xalloc span the calling thread does not own as a slab
-// (another thread's slab, a large or huge block), or one that failed the
-// fast path's checks.
+// A block of a span whose owner is not the calling thread's heap: another
+// thread's slab block (sent to its owner), a large or huge block.
+void free_not_owned(Page* page, void* ptr, Caller caller, Heap* heap);
+// Any block of an xalloc span, including those that failed the fast path's
+// checks (which are reported here).
 void free_not_local(Page* page, void* ptr, Caller caller);
 
 // Secure mode: a freed slab block waits in the freeing thread's quarantine
@@ -51,7 +53,8 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     Page* page = page_of(segment_of(address), address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
-    if (XALLOC_LIKELY(page->owner == heap) && XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_end))) {
+    if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_owned(page, ptr, caller, heap);
+    if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_end))) {
       if (secure::kEnabled) return quarantine_free(heap, page, block);
       slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);

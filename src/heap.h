@@ -102,7 +102,7 @@ struct alignas(64) Heap {
   std::atomic<uint32_t> drain_requested;
 };
 
-extern Page g_empty_page;
+extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
@@ -119,7 +119,7 @@ constexpr Heap::Heap(EmptyTag)
 
 // The heap of threads that have not allocated yet (and of threads past
 // their heap's teardown). Every slot points at g_empty_page.
-extern Heap g_empty_heap;
+extern Heap g_empty_heap __attribute__((visibility("hidden")));
 
 // The calling thread's heap. Initial-exec TLS: one instruction to read.
 extern __thread Heap* t_heap;

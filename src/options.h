@@ -41,7 +41,7 @@ struct Options {
   uint64_t quarantine = 256;
 };
 
-extern Options g_options;
+extern Options g_options __attribute__((visibility("hidden")));
 
 // Reads the environment; called once, before the first allocation is served.
 void options_init();

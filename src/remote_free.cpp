@@ -15,6 +15,7 @@ void send_slot(Outbox& outbox, size_t slot) {
     outbox.slot_bytes[slot] = 0;
     outbox.head[slot][lane] = outbox.tail[slot][lane] = nullptr;
   }
+  outbox.blocks += outbox.slot_blocks[slot];
   outbox.slot_blocks[slot] = 0;
 }
 
@@ -42,9 +43,12 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
 }
 
-void outbox_switch_slot(Outbox& outbox, size_t slot, Heap* dest) {
+void outbox_add_switching(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
+  size_t slot = outbox_slot_of(dest);
   send_slot(outbox, slot);
   outbox.dest[slot] = dest;
+  outbox_link(outbox, slot, block, block_size);
+  if (outbox.bytes >= limit) outbox_flush(outbox);
 }
 
 void outbox_flush(Outbox& outbox) {

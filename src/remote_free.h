@@ -52,7 +52,7 @@ struct Outbox {
   size_t slot_bytes[kOutboxSlots];
   uint32_t slot_blocks[kOutboxSlots];
   size_t bytes;   // buffered in all slots
-  size_t blocks;  // ever queued (statistics)
+  size_t blocks;  // ever sent (statistics)
 };
 
 // Pushes the list head..tail onto lane `lane` of `dest`'s inbox; `bytes`
@@ -64,8 +64,6 @@ constexpr size_t kDrainRequestBytes = 256 * 1024;
 
 // Sends every slot's list to its destination.
 void outbox_flush(Outbox& outbox);
-// Sends the list of `slot`; the slot then serves `dest`.
-void outbox_switch_slot(Outbox& outbox, size_t slot, Heap* dest);
 
 inline size_t outbox_slot_of(const Heap* dest) {
   // Heaps are at least 64-byte aligned; mix the bits above that.
@@ -73,19 +71,27 @@ inline size_t outbox_slot_of(const Heap* dest) {
   return static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
 }
 
-// Queues `block` (of `block_size` bytes) for `dest`; sends everything once
-// `limit` bytes are waiting.
-inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
-  size_t slot = outbox_slot_of(dest);
-  if (__builtin_expect(outbox.dest[slot] != dest, 0)) outbox_switch_slot(outbox, slot, dest);
+// Links `block` onto `slot`, which serves its destination.
+inline void outbox_link(Outbox& outbox, size_t slot, FreeBlock* block, size_t block_size) {
   size_t lane = outbox.slot_blocks[slot]++ & (kLanes - 1);
   FreeBlock* head = outbox.head[slot][lane];
   set_remote_next(block, head);
   outbox.head[slot][lane] = block;
   if (head == nullptr) outbox.tail[slot][lane] = block;
   outbox.slot_bytes[slot] += block_size;
-  outbox.blocks++;
   outbox.bytes += block_size;
+}
+
+// outbox_add for a destination its slot does not serve yet.
+void outbox_add_switching(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit);
+
+// Queues `block` (of `block_size` bytes) for `dest`; sends everything once
+// `limit` bytes are waiting. (Every call is a tail call: the function
+// needs no stack frame.)
+inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
+  size_t slot = outbox_slot_of(dest);
+  if (__builtin_expect(outbox.dest[slot] != dest, 0)) return outbox_add_switching(outbox, dest, block, block_size, limit);
+  outbox_link(outbox, slot, block, block_size);
   if (__builtin_expect(outbox.bytes >= limit, 0)) outbox_flush(outbox);
 }
 
