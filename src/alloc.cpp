@@ -131,16 +131,45 @@ Heap* watched_heap(Heap* heap) {
   return acquired != nullptr ? acquired : heap;
 }
 
-void* alloc_generic(Heap* heap, size_t size) {
+namespace {
+
+// Slab classes above kMaxSmallSize when the class's current slab is empty,
+// or allocations are watched (statistics, profiler), or the thread has no
+// heap yet.
+XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  if (watching(heap)) {
+    heap = watched_heap(heap);
+    if (heap != &g_empty_heap) {
+      if (void* sampled = prof::watch(heap, cls, size, 0)) return sampled;
+    }
+  }
+  return alloc_from_class(heap, cls);
+}
+
+XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
   if (XALLOC_UNLIKELY(watching(heap))) {
     heap = watched_heap(heap);
     if (heap != &g_empty_heap) {
       if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return sampled;
     }
   }
-  if (size <= kMaxSlabSize) return alloc_from_class(heap, class_of(size));
   if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
   return huge_alloc(size, 0, false);
+}
+
+}  // namespace
+
+// The thread without a heap reads g_empty_page's empty list and so takes
+// the slow path, which also answers for watched allocations.
+void* alloc_generic(Heap* heap, size_t size) {
+  if (XALLOC_LIKELY(size <= kMaxSlabSize)) {
+    unsigned cls = medium_class_of(size);
+    Page* page = heap->current[cls];
+    FreeBlock* block = page->free;
+    if (XALLOC_LIKELY(block != nullptr) && XALLOC_LIKELY(!prof::watching())) return slab_pop(page, block);
+    return alloc_medium_slow(heap, cls, size);
+  }
+  return alloc_beyond_slabs(heap, size);
 }
 
 void free_generic(void* ptr, Caller caller) {

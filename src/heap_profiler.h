@@ -37,9 +37,9 @@ namespace prof {
 
 // Set once at start-up, before any heap exists; relaxed atomics so that a
 // thread racing the start-up reads a defined value.
-extern std::atomic<bool> g_watch_allocations_flag;
-extern std::atomic<bool> g_profiling_flag;
-extern std::atomic<bool> g_windowed_flag;
+extern std::atomic<bool> g_watch_allocations_flag __attribute__((visibility("hidden")));
+extern std::atomic<bool> g_profiling_flag __attribute__((visibility("hidden")));
+extern std::atomic<bool> g_windowed_flag __attribute__((visibility("hidden")));
 
 // True when small allocations are diverted to the slow path so that each
 // can be counted (XALLOC_STATS) or sampled (XALLOC_PROF).

@@ -76,10 +76,27 @@ constexpr auto kGranuleClass = [] {
 
 // The smallest class whose blocks are all aligned to `alignment` (a power of
 // two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
+// Classes of sizes above kMaxSmallSize by 128-byte step: every class
+// boundary above 1 KiB is a multiple of 256, so a step never straddles one.
+constexpr size_t kMediumStep = 128;
+constexpr auto kMediumClass = [] {
+  std::array<uint8_t, kMaxSlabSize / kMediumStep> table{};
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>(class_of((i + 1) * kMediumStep));
+  return table;
+}();
+
+// class_of for kMaxSmallSize < size <= kMaxSlabSize.
+constexpr unsigned medium_class_of(size_t size) { return kMediumClass[(size - 1) / kMediumStep]; }
+
 unsigned aligned_class_of(size_t size, size_t alignment);
 
 static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
 static_assert(class_of(kMaxSlabSize) == kNumClasses - 1);
+static_assert([] {
+  for (size_t size = kMaxSmallSize + 1; size <= kMaxSlabSize; ++size)
+    if (medium_class_of(size) != class_of(size)) return false;
+  return true;
+}());
 static_assert(class_of(129) == kFineClasses && class_size_of(kFineClasses) == 160);
 static_assert(kClassInfo[kNumClasses - 1].capacity >= 8);
 
