@@ -92,9 +92,13 @@ unsigned aligned_class_of(size_t size, size_t alignment);
 
 static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
 static_assert(class_of(kMaxSlabSize) == kNumClasses - 1);
+// class_of never decreases with the size, so a step whose first and last
+// sizes agree with the table agrees throughout.
 static_assert([] {
-  for (size_t size = kMaxSmallSize + 1; size <= kMaxSlabSize; ++size)
-    if (medium_class_of(size) != class_of(size)) return false;
+  for (size_t first = kMaxSmallSize + 1; first <= kMaxSlabSize; first += kMediumStep) {
+    size_t last = first + kMediumStep - 1;
+    if (medium_class_of(first) != class_of(first) || medium_class_of(last) != class_of(last)) return false;
+  }
   return true;
 }());
 static_assert(class_of(129) == kFineClasses && class_size_of(kFineClasses) == 160);
