@@ -44,7 +44,10 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
   if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes()))
     report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
-  if (block->marker == free_marker(block)) report_misuse("double free", block, page->block_size(), caller);
+  // Without a canary the check that failed read the marker; if it is gone
+  // now, the owner handed the block out again after the first free.
+  if (block->marker == free_marker(block) || !secure::kEnabled)
+    report_misuse("double free", block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
 }
@@ -91,9 +94,9 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
   }
 }
 
-// A slab block freed by a thread that does not own its slab goes to the
-// owner through this thread's outbox. Also reached by the owner when the
-// fast path's checks failed, which are reported here.
+// The general free of a block in a segment, for the owner's free that
+// failed the fast path's checks (reported here) and for free_generic. The
+// usual cross-thread free takes free_not_owned instead.
 XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller caller) {
   if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment, page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
@@ -190,11 +193,18 @@ void free_not_local(Page* page, void* ptr, Caller caller) {
 // it takes: a thread that frees blocks allocated elsewhere mostly misses the
 // cache on each block's marker, and the fewer instructions lie between two
 // such loads, the more of them the processor keeps in flight at once.
+//
+// A block that fails a check is reported at once: looking again could find
+// it handed out by its owner in between (a double free racing the owner's
+// malloc) and pass it. The place check runs in every build, as it did
+// before this path existed; only the marker is XALLOC_MISUSE_CHECKS's.
 void free_not_owned(Page* page, void* ptr, Caller caller, Heap* heap) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment_of(address), page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
-  if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab) ||
-      XALLOC_UNLIKELY(!slab_check_and_mark(page, block, page->carved_bytes())))
-    return free_not_local(page, ptr, caller);
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_bytes())) ||
+      XALLOC_UNLIKELY(!slab_mark_free(page, block)))
+    return report_slab_misuse(page, block, caller);
   if (XALLOC_UNLIKELY(secure::kEnabled || heap == &g_empty_heap)) return free_slab_block_slow(page, block);
   outbox_add(heap->outbox, page->owner, block, page->block_size(), g_options.remote_batch_bytes);
 }

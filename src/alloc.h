@@ -24,10 +24,12 @@ namespace xalloc {
 void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
 // A block of a span whose owner is not the calling thread's heap: another
-// thread's slab block (sent to its owner), a large or huge block.
+// thread's slab block (sent to its owner; in secure mode, or from a thread
+// without a heap, through free_slab_block_slow), a large or huge block
+// (no owner), or misuse (reported).
 void free_not_owned(Page* page, void* ptr, Caller caller, Heap* heap);
-// Any block of an xalloc span, including those that failed the fast path's
-// checks (which are reported here).
+// A block of the calling heap's slab that failed the fast path's checks:
+// reported.
 void free_not_local(Page* page, void* ptr, Caller caller);
 
 // Secure mode: a freed slab block waits in the freeing thread's quarantine

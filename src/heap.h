@@ -88,7 +88,7 @@ struct alignas(64) Heap {
   std::atomic<HeapState> state;
   Heap* next_in_registry;  // all heaps ever created
   Heap* next_orphan;
-  std::atomic<size_t> remote_frees_sent;  // outbox.blocks, published on slow paths for statistics
+  std::atomic<size_t> remote_frees_sent;  // outbox.blocks (sent so far), published on slow paths for statistics
 
   // Frees from other threads; written by them, so on its own cache line.
   alignas(64) std::atomic<FreeBlock*> inbox[kLanes];

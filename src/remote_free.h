@@ -50,7 +50,7 @@ struct Outbox {
   FreeBlock* head[kOutboxSlots][kLanes];
   FreeBlock* tail[kOutboxSlots][kLanes];
   size_t slot_bytes[kOutboxSlots];
-  uint32_t slot_blocks[kOutboxSlots];
+  size_t slot_blocks[kOutboxSlots];  // queued since the slot was last sent
   size_t bytes;   // buffered in all slots
   size_t blocks;  // ever sent (statistics)
 };

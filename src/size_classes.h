@@ -74,8 +74,6 @@ constexpr auto kGranuleClass = [] {
   return table;
 }();
 
-// The smallest class whose blocks are all aligned to `alignment` (a power of
-// two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
 // Classes of sizes above kMaxSmallSize by 128-byte step: every class
 // boundary above 1 KiB is a multiple of 256, so a step never straddles one.
 constexpr size_t kMediumStep = 128;
@@ -88,12 +86,16 @@ constexpr auto kMediumClass = [] {
 // class_of for kMaxSmallSize < size <= kMaxSlabSize.
 constexpr unsigned medium_class_of(size_t size) { return kMediumClass[(size - 1) / kMediumStep]; }
 
+// The smallest class whose blocks are all aligned to `alignment` (a power of
+// two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
 unsigned aligned_class_of(size_t size, size_t alignment);
 
 static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
 static_assert(class_of(kMaxSlabSize) == kNumClasses - 1);
 // class_of never decreases with the size, so a step whose first and last
-// sizes agree with the table agrees throughout.
+// sizes agree with the table agrees throughout (the steps start right after
+// kMaxSmallSize, on the table's own boundaries).
+static_assert(kMaxSmallSize % kMediumStep == 0);
 static_assert([] {
   for (size_t first = kMaxSmallSize + 1; first <= kMaxSlabSize; first += kMediumStep) {
     size_t last = first + kMediumStep - 1;

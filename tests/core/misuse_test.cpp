@@ -159,6 +159,58 @@ TEST(Misuse, DoubleFreeAcrossThreads) {
   xalloc_free(keep);
 }
 
+// The cross-thread free has its own checks (free_not_owned): the second
+// free comes from a thread that does not own the slab.
+TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
+  void* keep = xalloc_malloc(48);
+  void* p = xalloc_malloc(48);
+  auto r = run_in_child([p] {
+    xalloc_free(p);
+    std::thread t([p] { xalloc_free(p); });
+    t.join();
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
+  // Both frees remote, from two threads one after the other.
+  r = run_in_child([p] {
+    std::thread first([p] { xalloc_free(p); });
+    first.join();
+    std::thread second([p] { xalloc_free(p); });
+    second.join();
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
+TEST(Misuse, InvalidFreesByAnotherThreadAreReported) {
+  void* keep = xalloc_malloc(48);
+  auto* p = static_cast<char*>(xalloc_malloc(48));
+  auto* large = static_cast<char*>(xalloc_malloc(300000));
+  void* inner = p + 16;
+  auto r = run_in_child([inner] {
+    std::thread t([inner] { xalloc_free(inner); });
+    t.join();
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(
+      r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner) + " (48-byte class) in free()"));
+  r = run_in_child([large] {
+    xalloc_free(large);
+    std::thread t([large] { xalloc_free(large); });
+    t.join();
+    return 0;
+  });
+  // A freed large span may have merged with free space around it: either
+  // report names the address.
+  EXPECT_TRUE(aborted_with_prefix(r, "xalloc: ")) << "a large block freed again by another thread";
+  EXPECT_NE(r.err.find(hex_ptr(large)), std::string::npos) << r.err;
+  xalloc_free(large);
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
 TEST(Misuse, DoubleFreeOfLargeBlockAborts) {
   void* keep = xalloc_malloc(200000);
   void* p = xalloc_malloc(200000);
