@@ -111,8 +111,6 @@ XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller 
   outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
-}  // namespace
-
 // Class of a size for statistics: slab classes, then large, then huge.
 unsigned watch_class(size_t size) {
   if (size <= kMaxSlabSize) return class_of(size);
@@ -134,27 +132,27 @@ Heap* watched_heap(Heap* heap) {
   return acquired != nullptr ? acquired : heap;
 }
 
-namespace {
+// Counts a watched allocation of `cls` (watch_class) in the heap it
+// belongs to, which `heap` becomes, and samples it when due: the sampled
+// block, or null to go on with the ordinary allocation.
+void* watch_allocation(Heap*& heap, unsigned cls, size_t size, size_t alignment) {
+  heap = watched_heap(heap);
+  return heap != &g_empty_heap ? prof::watch(heap, cls, size, alignment) : nullptr;
+}
 
 // Slab classes above kMaxSmallSize when the class's current slab is empty,
 // or allocations are watched (statistics, profiler), or the thread has no
 // heap yet.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
   if (watching(heap)) {
-    heap = watched_heap(heap);
-    if (heap != &g_empty_heap) {
-      if (void* sampled = prof::watch(heap, cls, size, 0)) return sampled;
-    }
+    if (void* sampled = watch_allocation(heap, cls, size, 0)) return sampled;
   }
   return alloc_from_class(heap, cls);
 }
 
 XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
   if (XALLOC_UNLIKELY(watching(heap))) {
-    heap = watched_heap(heap);
-    if (heap != &g_empty_heap) {
-      if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return sampled;
-    }
+    if (void* sampled = watch_allocation(heap, watch_class(size), size, 0)) return sampled;
   }
   if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
   return huge_alloc(size, 0, false);
@@ -217,10 +215,7 @@ void* alloc_zeroed(size_t size) {
   }
   Heap* heap = t_heap;
   if (XALLOC_UNLIKELY(watching(heap))) {
-    heap = watched_heap(heap);
-    if (heap != &g_empty_heap) {
-      if (void* sampled = prof::watch(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
-    }
+    if (void* sampled = watch_allocation(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
   }
   if (size <= kMaxSlabSize - secure::kCanaryBytes)
     return heap_alloc_zeroed(heap, class_of(size + secure::kCanaryBytes), size);
@@ -232,10 +227,7 @@ void* alloc_aligned(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
   Heap* heap = t_heap;
   if (XALLOC_UNLIKELY(watching(heap)) && size <= kMaxRequest) {
-    heap = watched_heap(heap);
-    if (heap != &g_empty_heap) {
-      if (void* sampled = prof::watch(heap, watch_class(size), size, alignment)) return sampled;
-    }
+    if (void* sampled = watch_allocation(heap, watch_class(size), size, alignment)) return sampled;
   }
   if (size <= kMaxSlabSize - secure::kCanaryBytes && alignment <= kMaxSlabAlignment) {
     unsigned cls = aligned_class_of(size + secure::kCanaryBytes, alignment);
