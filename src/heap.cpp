@@ -231,7 +231,9 @@ void answer_drain_request(Heap* heap) {
 }
 
 void heap_periodic(Heap* heap) {
-  if (prof::profiling()) prof::poll_signal();
+  // Not for the heap of exiting threads (late_alloc), which runs under the
+  // registry lock: a dump allocates.
+  if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
   if (heap->spare_count != 0) spares_expire(heap);
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
@@ -315,8 +317,9 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
     }
     heap = thread_heap_acquire();
     if (heap == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
+      void* block = thread_heap_torn_down() ? late_alloc(cls) : nullptr;
+      if (block == nullptr) errno = ENOMEM;
+      return block;
     }
   }
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);

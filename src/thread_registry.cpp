@@ -48,6 +48,14 @@ size_t g_heap_chunk_left = 0;
 // Set once this thread's heap has been torn down by its key destructor.
 __thread bool t_heap_torn_down = false;
 
+// Threads past their heap's teardown (other libraries' key destructors run
+// after xalloc's, possibly in glibc's last round) allocate from this heap,
+// shared by all of them under the registry lock. A heap of their own would
+// never be orphaned: no destructor runs after the last round. It is an
+// orphan from the start, never adopted, so frees of its blocks, from any
+// thread, drain into it like into any orphan's (orphan_collect).
+Heap* g_late_heap = nullptr;
+
 // XALLOC_BACKGROUND_PURGE: a thread that runs the purge on its own clock.
 std::atomic<bool> g_purger_running{false};
 
@@ -212,6 +220,7 @@ void process_init() {
 Heap* thread_heap_acquire() {
   ensure_process_init();
   if (t_heap != &g_empty_heap) return t_heap;  // created by an allocation inside process_init
+  if (t_heap_torn_down) return nullptr;
   Heap* heap;
   {
     LockGuard guard(g_registry_lock);
@@ -230,8 +239,19 @@ Heap* thread_heap_acquire() {
 
 Heap* thread_heap_for_free() {
   if (t_heap != &g_empty_heap) return t_heap;
-  if (t_heap_torn_down) return nullptr;
   return thread_heap_acquire();
+}
+
+bool thread_heap_torn_down() { return t_heap_torn_down; }
+
+void* late_alloc(unsigned cls) {
+  LockGuard guard(g_registry_lock);
+  if (g_late_heap == nullptr) {
+    g_late_heap = new_heap_locked();
+    if (g_late_heap == nullptr) return nullptr;
+    g_late_heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+  }
+  return heap_alloc_slow(g_late_heap, cls);
 }
 
 void orphan_collect(Heap* heap) {

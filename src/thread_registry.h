@@ -17,9 +17,19 @@ inline void ensure_process_init() {
   if (__builtin_expect(!g_process_ready.load(std::memory_order_acquire), 0)) process_init();
 }
 
-// The calling thread's heap, created or adopted now if it has none.
-// Null only when the OS has no memory for a heap.
+// The calling thread's heap, created or adopted now if it has none. Null
+// when the OS has no memory for a heap, and for a thread whose heap is
+// already torn down (see late_alloc).
 Heap* thread_heap_acquire();
+
+// True once the calling thread's pthread key destructor has run: the
+// thread is exiting, and gets no heap of its own again.
+bool thread_heap_torn_down();
+
+// A block of class `cls` for a thread past its heap's teardown, from a heap
+// shared by all such threads (under a lock: they are rare); null when the
+// OS has no memory.
+void* late_alloc(unsigned cls);
 
 // The heap a free() in this thread may use for buffering remote frees:
 // null for a thread whose heap is already torn down (pthread key

@@ -414,3 +414,51 @@ TEST(Threads, ConcurrentFirstAllocationsOfMediumBlocks) {
   for (auto& t : threads) t.join();
   xtest::finish_fresh_process(0);
 }
+
+namespace {
+
+// A pthread key whose destructor re-arms itself until glibc's last round
+// (PTHREAD_DESTRUCTOR_ITERATIONS), where it allocates: after xalloc's own
+// key destructor, with no round left to run it again.
+pthread_key_t g_late_key;
+std::atomic<void*> g_late_survivor{nullptr};
+
+void late_destructor(void* arg) {
+  auto round = reinterpret_cast<uintptr_t>(arg);
+  if (round < PTHREAD_DESTRUCTOR_ITERATIONS) {
+    pthread_setspecific(g_late_key, reinterpret_cast<void*>(round + 1));
+    return;
+  }
+  void* kept = xalloc_malloc(48);
+  for (size_t size : {size_t{16}, size_t{200}, size_t{3000}}) xalloc_free(xtest::launder_ptr(xalloc_malloc(size)));
+  // One block outlives the thread, for another thread to free.
+  void* previous = g_late_survivor.exchange(kept);
+  xalloc_free(previous);
+}
+
+}  // namespace
+
+// Regression test (tests/KNOWN_BUGS.md #19): a thread that allocated after
+// its heap's teardown, in glibc's last round of key destructors, took a
+// heap that nothing orphaned again: one heap (and its slabs) leaked per
+// such thread.
+TEST(Threads, AllocationInTheLastKeyDestructorRoundLeaksNoHeap) {
+  xalloc_free(xtest::launder_ptr(xalloc_malloc(16)));  // xalloc's key first: its destructor runs first
+  ASSERT_EQ(pthread_key_create(&g_late_key, late_destructor), 0);
+  auto exit_late = [] {
+    std::thread t([] {
+      xalloc_free(xtest::launder_ptr(xalloc_malloc(64)));
+      pthread_setspecific(g_late_key, reinterpret_cast<void*>(1));
+    });
+    t.join();
+  };
+  exit_late();  // the shared heap of exiting threads, once
+  xalloc_stats_t before;
+  xalloc_get_stats(&before);
+  for (int i = 0; i < 40; ++i) exit_late();
+  xalloc_stats_t after;
+  xalloc_get_stats(&after);
+  EXPECT_LE(after.threads, before.threads + 1) << "heaps created for 40 threads that allocated while exiting";
+  xalloc_free(g_late_survivor.exchange(nullptr));
+  pthread_key_delete(g_late_key);
+}
