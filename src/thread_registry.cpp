@@ -231,7 +231,6 @@ Heap* thread_heap_acquire() {
   }
   heap->thread_id = os::thread_id();
   t_heap = heap;
-  t_heap_torn_down = false;
   // glibc may allocate here (keys past its first 32); t_heap is set.
   if (g_have_heap_key) pthread_setspecific(g_heap_key, heap);
   return heap;
@@ -265,6 +264,10 @@ void orphans_collect_all() {
   // Drain under the lock: trimming is rare and must see every orphan.
   LockGuard guard(g_registry_lock);
   for (Heap* h = g_orphans; h != nullptr; h = h->next_orphan) heap_drain_inbox(h);
+  // The heap of exiting threads also gives up its current slabs, which no
+  // thread exit settles. (Its outbox and quarantine are always empty, so
+  // this takes no other heap's inbox, and no second hold of the lock.)
+  if (g_late_heap != nullptr) heap_collect(g_late_heap);
 }
 
 Heap* registry_first() { return g_all_heaps.load(std::memory_order_acquire); }
