@@ -63,7 +63,7 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     return;
   }
-  heap = thread_heap_for_free();
+  heap = thread_heap_acquire();
   if (heap == nullptr) {
     set_remote_next(block, nullptr);
     inbox_push(owner, 0, block, block, page->block_size());  // this thread is exiting: no buffering
@@ -92,23 +92,6 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
       if (page->kind() == PageKind::kFree && address == page->start) report_misuse("double free", ptr, 0, caller);
       report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
   }
-}
-
-// The general free of a block in a segment, for the owner's free that
-// failed the fast path's checks (reported here) and for free_generic. The
-// usual cross-thread free takes free_not_owned instead.
-XALLOC_INLINE void free_in_page(Segment* segment, Page* page, void* ptr, Caller caller) {
-  if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment, page, ptr, caller);
-  auto* block = static_cast<FreeBlock*>(ptr);
-  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes())))
-    return report_slab_misuse(page, block, caller);
-  if (XALLOC_UNLIKELY(!slab_mark_free(page, block)))
-    return report_slab_misuse(page, block, caller);
-  Heap* owner = page->owner;
-  Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap || heap == &g_empty_heap))
-    return free_slab_block_slow(page, block);
-  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
 // Class of a size for statistics: slab classes, then large, then huge.
@@ -180,31 +163,30 @@ void free_generic(void* ptr, Caller caller) {
     return;
   }
   Segment* segment = segment_of(address);
-  free_in_page(segment, page_of(segment, address), ptr, caller);
+  free_not_local(page_of(segment, address), ptr, caller, t_heap);
 }
 
-void free_not_local(Page* page, void* ptr, Caller caller) {
-  free_in_page(segment_of(reinterpret_cast<uintptr_t>(ptr)), page, ptr, caller);
-}
-
-// The common case, another thread's slab block, in as few instructions as
-// it takes: a thread that frees blocks allocated elsewhere mostly misses the
-// cache on each block's marker, and the fewer instructions lie between two
-// such loads, the more of them the processor keeps in flight at once.
+// The common case is another thread's slab block, kept to as few
+// instructions as it takes: a thread that frees blocks allocated elsewhere
+// mostly misses the cache on each block's marker, and the fewer
+// instructions lie between two such loads, the more of them the processor
+// keeps in flight at once.
 //
 // A block that fails a check is reported at once: looking again could find
 // it handed out by its owner in between (a double free racing the owner's
-// malloc) and pass it. The place check runs in every build, as it did
-// before this path existed; only the marker is XALLOC_MISUSE_CHECKS's.
-void free_not_owned(Page* page, void* ptr, Caller caller, Heap* heap) {
+// malloc) and pass it. The place check runs in every build; only the
+// marker is XALLOC_MISUSE_CHECKS's.
+void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment_of(address), page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
   if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_bytes())) ||
       XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_UNLIKELY(secure::kEnabled || heap == &g_empty_heap)) return free_slab_block_slow(page, block);
-  outbox_add(heap->outbox, page->owner, block, page->block_size(), g_options.remote_batch_bytes);
+  Heap* owner = page->owner;
+  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap || heap == &g_empty_heap))
+    return free_slab_block_slow(page, block);
+  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
 }
 
 void* alloc_zeroed(size_t size) {

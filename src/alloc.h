@@ -23,14 +23,11 @@ namespace xalloc {
 // Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
 void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
-// A block of a span whose owner is not the calling thread's heap: another
-// thread's slab block (sent to its owner; in secure mode, or from a thread
-// without a heap, through free_slab_block_slow), a large or huge block
-// (no owner), or misuse (reported).
-void free_not_owned(Page* page, void* ptr, Caller caller, Heap* heap);
-// A block of the calling heap's slab that failed the fast path's checks:
-// reported.
-void free_not_local(Page* page, void* ptr, Caller caller);
+// Every free of a block in a segment that the inline path does not finish
+// (`heap` is the calling thread's): another thread's slab block (sent to
+// its owner; in secure mode, or from a thread without a heap, through
+// free_slab_block_slow), a large or huge block, or misuse (reported).
+void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
 
 // Secure mode: a freed slab block waits in the freeing thread's quarantine
 // (heap.cpp) before it is really freed.
@@ -55,14 +52,14 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     Page* page = page_of(segment_of(address), address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
-    if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_owned(page, ptr, caller, heap);
+    if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
     if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_end))) {
       if (secure::kEnabled) return quarantine_free(heap, page, block);
       slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
       return;
     }
-    return free_not_local(page, ptr, caller);
+    return free_not_local(page, ptr, caller, heap);
   }
   free_generic(ptr, caller);
 }

@@ -236,11 +236,6 @@ Heap* thread_heap_acquire() {
   return heap;
 }
 
-Heap* thread_heap_for_free() {
-  if (t_heap != &g_empty_heap) return t_heap;
-  return thread_heap_acquire();
-}
-
 bool thread_heap_torn_down() { return t_heap_torn_down; }
 
 void* late_alloc(unsigned cls) {

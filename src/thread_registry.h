@@ -31,11 +31,6 @@ bool thread_heap_torn_down();
 // OS has no memory.
 void* late_alloc(unsigned cls);
 
-// The heap a free() in this thread may use for buffering remote frees:
-// null for a thread whose heap is already torn down (pthread key
-// destructors running late), which then frees without buffering.
-Heap* thread_heap_for_free();
-
 // Drains the inbox of `heap` if its thread has exited: called by the thread
 // that just sent it blocks, so slabs of exited threads still empty out and
 // return even when no thread is created to adopt them.

@@ -159,7 +159,7 @@ TEST(Misuse, DoubleFreeAcrossThreads) {
   xalloc_free(keep);
 }
 
-// The cross-thread free has its own checks (free_not_owned): the second
+// The cross-thread free has its own checks (free_not_local): the second
 // free comes from a thread that does not own the slab.
 TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
   void* keep = xalloc_malloc(48);
