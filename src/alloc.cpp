@@ -11,6 +11,7 @@
 #include "large.h"
 #include "options.h"
 #include "remote_free.h"
+#include "slab_pool.h"
 #include "span_allocator.h"
 #include "stats.h"
 #include "thread_registry.h"
@@ -309,6 +310,7 @@ size_t trim() {
     heap_release_spares(heap);
   }
   orphans_collect_all();
+  slab_pool::release_all();
   size_t released = g_spans.purge(true);
   released += huge_cache_purge(true, 0);
   return released;

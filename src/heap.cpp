@@ -12,6 +12,7 @@
 #include "heap_profiler.h"
 #include "large.h"
 #include "options.h"
+#include "slab_pool.h"
 #include "platform/os.h"
 #include "span_allocator.h"
 #include "stats.h"
@@ -113,11 +114,10 @@ void slab_carve(Page* page) {
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }
 
-Page* slab_create(Heap* heap, unsigned cls) {
+// Makes `page`, a span `cls`'s slabs long, a fresh slab of `cls` for
+// `heap`: nothing carved yet.
+Page* slab_format(Heap* heap, Page* page, unsigned cls, bool is_zero) {
   const ClassInfo& info = kClassInfo[cls];
-  bool is_zero = false;
-  Page* page = g_spans.allocate(info.slices, PageKind::kSlab, &is_zero);
-  if (page == nullptr) return nullptr;
   page->free = nullptr;
   page->needed = 0;
   page->size_class = static_cast<uint8_t>(cls);
@@ -131,13 +131,37 @@ Page* slab_create(Heap* heap, unsigned cls) {
   return page;
 }
 
+// A new slab of `cls`: an empty one of another class from the pool, whose
+// memory would otherwise wait there unused, or a span from the span
+// allocator.
+Page* slab_create(Heap* heap, unsigned cls) {
+  size_t slices = kClassInfo[cls].slices;
+  if (Page* page = slab_pool::take_any_of_length(slices)) return slab_format(heap, page, cls, false);
+  bool is_zero = false;
+  Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero);
+  if (page == nullptr) return nullptr;
+  return slab_format(heap, page, cls, is_zero);
+}
+
+// A heap takes over an empty slab from the pool (slab_pool.h).
+Page* slab_adopt(Heap* heap, Page* page) {
+  page->owner = heap;
+  page->set_state(SlabState::kDetached);
+  stats::add(stats::g_global.slab_in_use, page->span_bytes());
+  stats::note_slab_created(page->size_class);
+  return page;
+}
+
+// An empty slab leaves its heap: to the pool, its free list intact, or
+// back to the span allocator when the pool is full.
 void slab_release(Heap* heap, Page* page) {
   if (page->state() == SlabState::kPartial) partial_remove(heap, page);
   page->owner = nullptr;
   page->set_state(SlabState::kDetached);
-  page->free = nullptr;
   stats::sub(stats::g_global.slab_in_use, page->span_bytes());
   stats::sub(stats::g_global.slabs[page->size_class], 1);
+  if (slab_pool::put(page)) return;
+  page->free = nullptr;
   g_spans.release(page);
 }
 
@@ -238,6 +262,7 @@ void heap_periodic(Heap* heap) {
   if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
+  slab_pool::release_idle(now);
   g_spans.maybe_purge(now);
   huge_cache_maybe_purge(now);
 }
@@ -343,6 +368,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
 
   page = heap->partial[cls];
   if (page == nullptr && heap->spare[cls] != nullptr) page = spare_take(heap, cls);  // empty, its free list intact
+  if (page == nullptr && (page = slab_pool::take(cls)) != nullptr) slab_adopt(heap, page);
   if (page == nullptr) {
     page = slab_create(heap, cls);
     if (page == nullptr) {

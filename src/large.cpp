@@ -9,6 +9,7 @@
 #include "options.h"
 #include "platform/lock.h"
 #include "platform/os.h"
+#include "slab_pool.h"
 #include "span_allocator.h"
 #include "stats.h"
 #include "thread_registry.h"
@@ -399,7 +400,8 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
 }
 
 bool release_cached_memory() {
-  size_t released = huge_cache_purge(true, 0);
+  size_t released = slab_pool::release_all();
+  released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);
   return released != 0;
 }

@@ -171,13 +171,13 @@ Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   return allocate_locked(slices, kind, is_zero);
 }
 
-void SpanAllocator::release_locked(Page* span) {
+void SpanAllocator::release_locked(Page* span, bool idle) {
   Segment* segment = segment_of_page(span);
   size_t first = segment->slice_index(span);
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
-  uint64_t now = os::monotonic_ms();
+  uint64_t now = idle ? 0 : os::monotonic_ms();
   mark_absorbed(span);  // its slices still map to it
 
   // Coalesce with the free spans on either side. The merged span's age is
@@ -219,10 +219,10 @@ void SpanAllocator::release_locked(Page* span) {
   insert_free(segment, first, count, old_dirty > released ? old_freed_at : now, Map::kEnds);
 }
 
-void SpanAllocator::release(Page* span) {
+void SpanAllocator::release(Page* span, bool idle) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
-  release_locked(span);
+  release_locked(span, idle);
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t budget_bytes = dirty_budget_bytes();

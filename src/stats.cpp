@@ -8,6 +8,7 @@
 #include "heap_profiler.h"
 #include "options.h"
 #include "size_classes.h"
+#include "slab_pool.h"
 #include "span_allocator.h"
 #include "report.h"
 #include "thread_registry.h"
@@ -86,6 +87,7 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   size_t remote = 0;
   xalloc::for_each_heap([&](xalloc::Heap* h) { remote += h->remote_frees_sent.load(std::memory_order_relaxed); });
   out->remote_frees = remote;
+  out->pooled = xalloc::slab_pool::bytes();
 }
 
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
@@ -123,8 +125,8 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   uint64_t resident = stats::resident_bytes();
   report::message("stats: mapped %u KiB, committed %u KiB, resident %u KiB, in use %u KiB (large and huge %u KiB)",
                   s.mapped >> 10, s.committed >> 10, resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
-  report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all",
-                  g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10);
+  report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all, pooled empty slabs %u KiB",
+                  g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10, s.pooled >> 10);
   report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
 }
 

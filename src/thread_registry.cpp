@@ -14,6 +14,7 @@
 #include "stack_trace.h"
 #include "report.h"
 #include "secure.h"
+#include "slab_pool.h"
 #include "span_allocator.h"
 #include "stats.h"
 
@@ -66,6 +67,7 @@ void* purger_main(void*) {
     struct timespec pause = {static_cast<time_t>(period / 1000), static_cast<long>(period % 1000) * 1000000};
     nanosleep(&pause, nullptr);
     uint64_t now = os::monotonic_ms();
+    slab_pool::release_idle(now);
     g_spans.maybe_purge(now);
     huge_cache_maybe_purge(now);
   }
@@ -145,11 +147,13 @@ void fork_prepare() {
   stack_trace_hold_for_fork();
   g_registry_lock.lock();
   huge_cache_lock_for_fork();
+  slab_pool::lock_for_fork();
   g_spans.lock_for_fork();
 }
 
 void fork_parent() {
   g_spans.unlock_after_fork_parent();
+  slab_pool::unlock_after_fork_parent();
   huge_cache_unlock_after_fork_parent();
   g_registry_lock.unlock();
   stack_trace_release_after_fork();
@@ -158,6 +162,7 @@ void fork_parent() {
 
 void fork_child() {
   g_spans.reset_after_fork_child();
+  slab_pool::reset_after_fork_child();
   huge_cache_reset_after_fork_child();
   g_registry_lock.reset_after_fork();
   stack_trace_release_after_fork();

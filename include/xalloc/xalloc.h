@@ -77,6 +77,7 @@ typedef struct xalloc_stats_s {
   size_t segments;      /* number of regions currently mapped */
   size_t threads;       /* thread heaps ever created (reused ones count once) */
   size_t remote_frees;  /* blocks freed by a thread that does not own them */
+  size_t pooled;        /* empty slabs kept for any thread's reuse (at most 4 MiB) */
 } xalloc_stats_t;
 
 XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;

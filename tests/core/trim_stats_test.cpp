@@ -1,6 +1,7 @@
 // xalloc_trim gives memory back, and the statistics describe the heap.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -187,4 +188,76 @@ TEST(Stats, PrintWritesTwoLines) {
     }
   }
   EXPECT_TRUE(segments_line) << r.err;
+}
+
+// --- the slab pool (src/slab_pool.h) -------------------------------------------
+
+namespace {
+
+// `bytes` of blocks of `size`, each filled with its index's low byte.
+std::vector<void*> filled_blocks(size_t size, size_t bytes) {
+  std::vector<void*> blocks;
+  for (size_t i = 0; i < bytes / size; ++i) {
+    void* p = xalloc_malloc(size);
+    if (p == nullptr) break;
+    memset(p, static_cast<int>(i & 0xff), size);
+    blocks.push_back(p);
+  }
+  return blocks;
+}
+
+bool blocks_intact(const std::vector<void*>& blocks, size_t size) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto* bytes = static_cast<unsigned char*>(blocks[i]);
+    for (size_t j = 0; j < size; ++j) {
+      if (bytes[j] != (i & 0xff)) return false;
+    }
+  }
+  return true;
+}
+
+void free_all(const std::vector<void*>& blocks) {
+  for (void* p : blocks) xalloc_free(p);
+}
+
+}  // namespace
+
+TEST(SlabPool, KeepsEmptySlabsUpToItsBoundAndTrimEmptiesIt) {
+  xalloc_trim(0);
+  ASSERT_EQ(stats().pooled, 0u);
+  std::vector<void*> blocks = filled_blocks(256, 20 * kMiB);
+  ASSERT_EQ(blocks.size(), 20 * kMiB / 256);
+  free_all(blocks);
+  size_t pooled = stats().pooled;
+  EXPECT_GT(pooled, 0u) << "20 MiB of slabs emptied and none pooled";
+  EXPECT_LE(pooled, 4 * kMiB);
+  xalloc_trim(0);
+  EXPECT_EQ(stats().pooled, 0u) << "trim left pooled slabs";
+}
+
+TEST(SlabPool, PooledSlabsBecomeSlabsOfAnotherClass) {
+  xalloc_trim(0);
+  free_all(filled_blocks(256, 8 * kMiB));
+  size_t pooled = stats().pooled;
+  ASSERT_GE(pooled, 2 * kMiB);
+  // 2 MiB of another class of one-slice slabs takes pooled slabs first.
+  std::vector<void*> blocks = filled_blocks(96, 2 * kMiB);
+  EXPECT_LE(stats().pooled + kMiB, pooled) << "new slabs were cut while the pool held slabs of their length";
+  EXPECT_TRUE(blocks_intact(blocks, 96));
+  free_all(blocks);
+  xalloc_trim(0);
+}
+
+TEST(SlabPool, SlabsEmptiedByOneThreadServeAnother) {
+  xalloc_trim(0);
+  std::thread([] { free_all(filled_blocks(512, 8 * kMiB)); }).join();
+  size_t pooled = stats().pooled;
+  ASSERT_GT(pooled, 0u);
+  std::thread([&] {
+    std::vector<void*> blocks = filled_blocks(512, 8 * kMiB);
+    EXPECT_LT(stats().pooled, pooled) << "another thread's pooled slabs of the class were not taken";
+    EXPECT_TRUE(blocks_intact(blocks, 512));
+    free_all(blocks);
+  }).join();
+  xalloc_trim(0);
 }
