@@ -128,6 +128,7 @@ void* watch_allocation(Heap*& heap, unsigned cls, size_t size, size_t alignment)
 // or allocations are watched (statistics, profiler), or the thread has no
 // heap yet.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  if (prof::windowed() && heap != &g_empty_heap) return heap_alloc_slow(heap, cls, true);
   if (watching(heap)) {
     if (void* sampled = watch_allocation(heap, cls, size, 0)) return sampled;
   }
@@ -149,9 +150,9 @@ XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
 void* alloc_generic(Heap* heap, size_t size) {
   if (XALLOC_LIKELY(size <= kMaxSlabSize)) {
     unsigned cls = medium_class_of(size);
-    Page* page = heap->current[cls];
+    Page* page = heap->serving[cls];
     FreeBlock* block = page->free;
-    if (XALLOC_LIKELY(block != nullptr) && XALLOC_LIKELY(!prof::watching())) return slab_pop(page, block);
+    if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
     return alloc_medium_slow(heap, cls, size);
   }
   return alloc_beyond_slabs(heap, size);

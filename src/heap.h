@@ -26,9 +26,6 @@
 
 namespace xalloc {
 
-// The classes served through the direct table.
-constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
-
 constexpr uint32_t kSampleSpanSlots = 4;
 
 enum class HeapState : uint32_t {
@@ -48,6 +45,9 @@ struct alignas(64) Heap {
   // Written by other threads too, when they ask for a drain (below): read
   // and written with relaxed __atomic builtins.
   Page* direct[kDirectSlots];
+  // The same by class, for the sizes above kMaxSmallSize (alloc_generic);
+  // written by the owner only.
+  Page* serving[kNumClasses];
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
   // Empty slabs kept instead of going back to the span allocator, with
@@ -64,15 +64,15 @@ struct alignas(64) Heap {
   // per class, then large and huge; bytes until the next sample.
   uint64_t requests[kNumClasses + 2];
   int64_t sample_countdown;
-  // Profiling without statistics (heap_profiler.h): the direct table
-  // points at these windows instead of the current slabs. A window's free
+  // Profiling without statistics (heap_profiler.h): the direct table and
+  // `serving` point at these windows instead of the current slabs. A window's free
   // list is a run of blocks taken off its class's current slab (which
   // counts them as in use) that ends before the class's next sampled byte,
   // so the fast path counts nothing: the allocation that finds the window
   // empty is either the sampled one or opens the next window. A window's
   // `needed` counts its pops since it opened.
-  Page window[kNumSmallClasses];
-  int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
+  Page window[kNumClasses];
+  int64_t window_countdown[kNumClasses];  // bytes of the class until its next sample
   // One-slice spans of freed sampled blocks, kept for this heap's next
   // samples (large.cpp).
   Page* sample_spans[kSampleSpanSlots];
@@ -105,7 +105,7 @@ struct alignas(64) Heap {
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
+    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
       window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
@@ -114,6 +114,7 @@ constexpr Heap::Heap(EmptyTag)
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
       drain_requested(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
+  for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;
 }
 
@@ -130,9 +131,9 @@ void heap_init(Heap* heap, uint64_t thread_id);
 uint64_t slab_blocks_in_use(const Page* page);
 
 // Slow paths of the inline fast paths in alloc.h.
-// `from_direct`: called by alloc() for a small size (watched allocations
-// are counted and sampled there).
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
+// `from_table`: called for an empty entry of the direct table or of
+// `serving` (watched allocations are counted and sampled there).
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_table = false);
 void heap_on_needed_zero(Heap* heap, Page* page);
 
 // A zeroed block of class `cls`: blocks carved from memory fresh from the
