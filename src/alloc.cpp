@@ -46,8 +46,9 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
   if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes()))
     report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
   // Without a canary the check that failed read the marker; if it is gone
-  // now, the owner handed the block out again after the first free.
-  if (block->marker == free_marker(block) || !secure::kEnabled)
+  // now, the owner handed the block out again after the first free. A
+  // pooled slab (no owner) has no block in use.
+  if (block->marker == free_marker(block) || !secure::kEnabled || page->owner == nullptr)
     report_misuse("double free", block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
@@ -182,10 +183,11 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment_of(address), page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
-  if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_bytes())) ||
-      XALLOC_UNLIKELY(!slab_mark_free(page, block)))
-    return report_slab_misuse(page, block, caller);
   Heap* owner = page->owner;
+  // A slab without an owner is in the slab pool: every block of it is free.
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_bytes())) ||
+      XALLOC_UNLIKELY(owner == nullptr) || XALLOC_UNLIKELY(!slab_mark_free(page, block)))
+    return report_slab_misuse(page, block, caller);
   if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap || heap == &g_empty_heap))
     return free_slab_block_slow(page, block);
   outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);

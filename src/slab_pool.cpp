@@ -13,17 +13,20 @@ namespace xalloc::slab_pool {
 namespace {
 
 struct ClassList {
-  Page* head;              // linked through Page::next; read unlocked as a hint
-  uint32_t activity;       // puts and takes so far
-  uint32_t activity_seen;  // `activity` when release_idle last looked
-  uint64_t quiet_since_ms; // when release_idle last saw it change
+  Page* head;          // linked through Page::next, newest first
+  uint32_t count;
+  uint32_t low_water;  // the fewest listed since the current interval began
 };
 
 static_assert(kNumClasses <= 64, "one bit per class in g_classes_held");
 
 Mutex g_lock;
 ClassList g_lists[kNumClasses];
-uint64_t g_classes_held;  // bit c: g_lists[c] is not empty
+// Bit c: g_lists[c] is not empty. Written under the lock; read without it
+// as a hint, so that a refill finds out that nothing fits without locking.
+std::atomic<uint64_t> g_classes_held{0};
+std::atomic<size_t> g_bytes{0};
+std::atomic<uint64_t> g_next_look_ms{0};
 
 // The classes whose slabs are `slices` long.
 constexpr uint64_t classes_of_length(size_t slices) {
@@ -33,12 +36,54 @@ constexpr uint64_t classes_of_length(size_t slices) {
   }
   return mask;
 }
-std::atomic<size_t> g_bytes{0};
-std::atomic<uint64_t> g_next_look_ms{0};
+
+constexpr size_t kLongestSlab = kClassInfo[kNumClasses - 1].slices;
+constexpr auto kClassesOfLength = [] {
+  std::array<uint64_t, kLongestSlab + 1> masks{};
+  for (size_t n = 1; n <= kLongestSlab; ++n) masks[n] = classes_of_length(n);
+  return masks;
+}();
+
+void add_bytes(size_t bytes) { g_bytes.store(g_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed); }
+void sub_bytes(size_t bytes) { g_bytes.store(g_bytes.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed); }
+
+void set_held(unsigned cls, bool held) {
+  uint64_t bit = uint64_t{1} << cls;
+  uint64_t classes = g_classes_held.load(std::memory_order_relaxed);
+  g_classes_held.store(held ? classes | bit : classes & ~bit, std::memory_order_relaxed);
+}
+
+Page* pop_locked(unsigned cls) {
+  ClassList& list = g_lists[cls];
+  Page* page = list.head;
+  list.head = page->next;
+  page->next = nullptr;
+  if (--list.count < list.low_water) list.low_water = list.count;
+  if (list.count == 0) set_held(cls, false);
+  sub_bytes(page->span_bytes());
+  return page;
+}
+
+// Unlinks the `n` oldest slabs of `cls` (the end of its list) onto `chain`.
+void unlink_oldest_locked(unsigned cls, uint32_t n, Page*& chain) {
+  ClassList& list = g_lists[cls];
+  Page** link = &list.head;
+  for (uint32_t kept = list.count - n; kept != 0; --kept) link = &(*link)->next;
+  for (Page* page = *link; page != nullptr;) {
+    Page* next = page->next;
+    sub_bytes(page->span_bytes());
+    page->next = chain;
+    chain = page;
+    page = next;
+  }
+  *link = nullptr;
+  list.count -= n;
+  if (list.count == 0) set_held(cls, false);
+}
 
 // Hands a chain of pooled slabs (through Page::next) to the span allocator;
-// `idle`: they waited out the purge delay here.
-size_t give_back(Page* chain, bool idle) {
+// they have waited `idle_ms` unused here.
+size_t give_back(Page* chain, uint64_t idle_ms) {
   size_t released = 0;
   while (chain != nullptr) {
     Page* page = chain;
@@ -46,91 +91,67 @@ size_t give_back(Page* chain, bool idle) {
     page->next = nullptr;
     page->free = nullptr;
     released += page->span_bytes();
-    g_spans.release(page, idle);
+    g_spans.release(page, idle_ms);
   }
   return released;
 }
 
-void unlink_all_locked(ClassList& list, Page*& chain) {
-  Page* page = list.head;
-  while (page != nullptr) {
-    Page* next = page->next;
-    g_bytes.store(g_bytes.load(std::memory_order_relaxed) - page->span_bytes(), std::memory_order_relaxed);
-    page->next = chain;
-    chain = page;
-    page = next;
-  }
-  __atomic_store_n(&list.head, nullptr, __ATOMIC_RELAXED);
-  g_classes_held &= ~(uint64_t{1} << (&list - g_lists));
-}
-
-Page* pop_locked(unsigned cls) {
-  ClassList& list = g_lists[cls];
-  Page* page = list.head;
-  __atomic_store_n(&list.head, page->next, __ATOMIC_RELAXED);
-  if (page->next == nullptr) g_classes_held &= ~(uint64_t{1} << cls);
-  page->next = nullptr;
-  list.activity++;
-  g_bytes.store(g_bytes.load(std::memory_order_relaxed) - page->span_bytes(), std::memory_order_relaxed);
-  return page;
-}
+// Slabs are judged over intervals of half the purge delay: a slab that
+// stayed in the pool through a whole interval was not needed and goes back,
+// so none waits here unused for a whole delay.
+uint64_t interval_ms() { return g_options.purge_delay_ms / 2 > 0 ? g_options.purge_delay_ms / 2 : 1; }
 
 }  // namespace
 
 bool put(Page* page) {
+  // No delay: freed memory is to go back at once.
+  if (g_options.purge_delay_ms == 0) return false;
   size_t span = page->span_bytes();
+  unsigned cls = page->size_class;
   LockGuard guard(g_lock);
-  size_t held = g_bytes.load(std::memory_order_relaxed);
-  if (held + span > kPoolBytes) return false;
-  ClassList& list = g_lists[page->size_class];
+  if (g_bytes.load(std::memory_order_relaxed) + span > kPoolBytes) return false;
+  ClassList& list = g_lists[cls];
   page->next = list.head;
-  __atomic_store_n(&list.head, page, __ATOMIC_RELAXED);
-  g_classes_held |= uint64_t{1} << page->size_class;
-  list.activity++;
-  g_bytes.store(held + span, std::memory_order_relaxed);
+  list.head = page;
+  list.count++;
+  set_held(cls, true);
+  add_bytes(span);
   return true;
 }
 
 Page* take(unsigned cls) {
   // Most refills find no slab of their class here: no lock for them.
-  if (__atomic_load_n(&g_lists[cls].head, __ATOMIC_RELAXED) == nullptr) return nullptr;
+  if ((g_classes_held.load(std::memory_order_relaxed) & (uint64_t{1} << cls)) == 0) return nullptr;
   LockGuard guard(g_lock);
-  return g_lists[cls].head != nullptr ? pop_locked(cls) : nullptr;
+  return g_lists[cls].count != 0 ? pop_locked(cls) : nullptr;
 }
 
 Page* take_any_of_length(size_t slices) {
-  if (g_bytes.load(std::memory_order_relaxed) == 0) return nullptr;
-  constexpr size_t kLongestSlab = kClassInfo[kNumClasses - 1].slices;
-  static constexpr auto kMasks = [] {
-    std::array<uint64_t, kLongestSlab + 1> masks{};
-    for (size_t n = 1; n <= kLongestSlab; ++n) masks[n] = classes_of_length(n);
-    return masks;
-  }();
   if (slices > kLongestSlab) return nullptr;
+  uint64_t mask = kClassesOfLength[slices];
+  if ((g_classes_held.load(std::memory_order_relaxed) & mask) == 0) return nullptr;
   LockGuard guard(g_lock);
-  uint64_t candidates = g_classes_held & kMasks[slices];
+  uint64_t candidates = g_classes_held.load(std::memory_order_relaxed) & mask;
   if (candidates == 0) return nullptr;
   return pop_locked(static_cast<unsigned>(std::countr_zero(candidates)));
 }
 
 void release_idle(uint64_t now_ms) {
   if (g_bytes.load(std::memory_order_relaxed) == 0 || now_ms < g_next_look_ms.load(std::memory_order_relaxed)) return;
-  uint64_t delay = g_options.purge_delay_ms;
+  uint64_t interval = interval_ms();
   Page* chain = nullptr;
   {
     LockGuard guard(g_lock);
-    g_next_look_ms.store(now_ms + (delay / 10 > 0 ? delay / 10 : 1), std::memory_order_relaxed);
-    for (ClassList& list : g_lists) {
-      if (list.head == nullptr) continue;
-      if (list.activity != list.activity_seen) {
-        list.activity_seen = list.activity;
-        list.quiet_since_ms = now_ms;
-      } else if (now_ms - list.quiet_since_ms >= delay) {
-        unlink_all_locked(list, chain);
-      }
+    // Another thread may have looked since this one read the clock.
+    if (now_ms < g_next_look_ms.load(std::memory_order_relaxed)) return;
+    g_next_look_ms.store(now_ms + interval, std::memory_order_relaxed);
+    for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+      ClassList& list = g_lists[cls];
+      if (list.low_water != 0) unlink_oldest_locked(cls, list.low_water, chain);
+      list.low_water = list.count;
     }
   }
-  give_back(chain, true);
+  give_back(chain, interval);
 }
 
 size_t release_all() {
@@ -138,9 +159,12 @@ size_t release_all() {
   Page* chain = nullptr;
   {
     LockGuard guard(g_lock);
-    for (ClassList& list : g_lists) unlink_all_locked(list, chain);
+    for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+      if (g_lists[cls].count != 0) unlink_oldest_locked(cls, g_lists[cls].count, chain);
+      g_lists[cls].low_water = 0;
+    }
   }
-  return give_back(chain, false);
+  return give_back(chain, 0);
 }
 
 size_t bytes() { return g_bytes.load(std::memory_order_relaxed); }

@@ -12,12 +12,14 @@
 // new class, so memory pooled for one class does not sit idle while
 // another takes new spans.
 //
-// It does not hoard. It holds at most kPoolBytes, as much as the least
-// allowance of free memory the span allocator keeps resident for reuse
-// (span_allocator.h). A class whose slabs have been neither pooled nor
-// taken for the purge delay gives them back to the span allocator, which
-// may purge them at once; this is checked from every heap's periodic slow
-// path and by the background purger. malloc_trim empties the pool.
+// It does not hoard. It holds at most kPoolBytes (on top of the free
+// memory the span allocator keeps resident for reuse, span_allocator.h).
+// It is looked at every half purge delay, from every heap's periodic slow
+// path and from the background purger: the slabs of a class that stayed
+// in the pool through a whole interval (the fewest it held during it) go
+// back to the span allocator, counted as idle that long, so no pooled slab
+// stays resident unused much past the purge delay. With a purge delay of
+// 0 nothing is pooled; malloc_trim empties the pool.
 #pragma once
 
 #include <cstddef>
@@ -41,8 +43,8 @@ Page* take(unsigned cls);
 // for one class is not left idle while another needs new slabs.
 Page* take_any_of_length(size_t slices);
 
-// Gives back the slabs of classes idle for the purge delay. Cheap when the
-// pool is empty or was looked at less than a tenth of the delay ago.
+// Gives back the slabs no heap needed for a whole interval. Cheap when the
+// pool is empty or was looked at less than an interval ago.
 void release_idle(uint64_t now_ms);
 
 // Gives back every slab; returns their bytes.

@@ -171,19 +171,20 @@ Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   return allocate_locked(slices, kind, is_zero);
 }
 
-void SpanAllocator::release_locked(Page* span, bool idle) {
+void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
   Segment* segment = segment_of_page(span);
   size_t first = segment->slice_index(span);
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
-  uint64_t now = idle ? 0 : os::monotonic_ms();
+  uint64_t now = os::monotonic_ms();
+  uint64_t freed_at = now > idle_ms ? now - idle_ms : 0;
   mark_absorbed(span);  // its slices still map to it
 
   // Coalesce with the free spans on either side. The merged span's age is
-  // that of most of its resident memory: were it always now, a trickle of
-  // small frees next to a large free span would keep that span from ever
-  // being purged.
+  // that of most of its resident memory: were it always the released
+  // span's, a trickle of small frees next to a large free span would keep
+  // that span from ever being purged.
   size_t released = count;
   size_t old_dirty = 0;
   uint64_t old_freed_at = now;
@@ -216,13 +217,13 @@ void SpanAllocator::release_locked(Page* span, bool idle) {
       first = before_first;
     }
   }
-  insert_free(segment, first, count, old_dirty > released ? old_freed_at : now, Map::kEnds);
+  insert_free(segment, first, count, old_dirty > released ? old_freed_at : freed_at, Map::kEnds);
 }
 
-void SpanAllocator::release(Page* span, bool idle) {
+void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
-  release_locked(span, idle);
+  release_locked(span, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t budget_bytes = dirty_budget_bytes();

@@ -45,9 +45,9 @@ class SpanAllocator {
   // when the OS has no memory. A span's kind and length change only under
   // this allocator's lock, since other threads read its neighbours' kinds.
   Page* allocate(size_t slices, PageKind kind, bool* is_zero);
-  // `idle`: the span's memory has already waited out the purge delay
-  // elsewhere (slab_pool.h): it may be purged at the next look.
-  void release(Page* span, bool idle = false);
+  // `idle_ms`: how long the span's memory has already waited unused
+  // elsewhere (slab_pool.h); it counts towards the purge delay.
+  void release(Page* span, uint64_t idle_ms = 0);
 
   // Grows `span` in place to `slices` if the slices after it are free.
   bool try_grow(Page* span, size_t slices);
@@ -96,7 +96,7 @@ class SpanAllocator {
   enum class Map { kAll, kEnds, kRest };
   void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map);
   void remove_free(Page* span);
-  void release_locked(Page* span, bool idle = false);
+  void release_locked(Page* span, uint64_t idle_ms = 0);
   Segment* add_segment_locked(Segment* segment);
   size_t purge_locked(bool force, uint64_t now_ms);
   size_t purge_span_locked(Page* span);

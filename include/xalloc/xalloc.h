@@ -67,7 +67,9 @@ XALLOC_API int xalloc_trim(size_t pad) XALLOC_NOEXCEPT;
  * thread exit does, without ending the thread. */
 XALLOC_API void xalloc_thread_collect(void) XALLOC_NOEXCEPT;
 
-/* Process-wide counters (bytes unless named otherwise). */
+/* Process-wide counters (bytes unless named otherwise). Before 1.0, fields
+ * may be appended from one release to the next (0.1: `pooled`): build
+ * against the header of the library you run. */
 typedef struct xalloc_stats_s {
   size_t mapped;        /* address space reserved from the OS */
   size_t committed;     /* mapped and not purged: what may be resident */

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "segment.h"
 #include "test_util.h"
@@ -182,6 +184,26 @@ TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
   EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
   xalloc_free(p);
   xalloc_free(keep);
+}
+
+// A slab whose blocks were all freed goes to the slab pool (src/slab_pool.h)
+// with no owner; a block of it freed again, even after a write over its
+// free marker, is reported at that free.
+TEST(Misuse, DoubleFreeIntoAPooledSlabIsReported) {
+  std::vector<char*> blocks;  // 1.9 MB of 640-byte blocks of an exited thread
+  std::thread([&] {
+    for (int i = 0; i < 3000; ++i) blocks.push_back(static_cast<char*>(xalloc_malloc(640)));
+  }).join();
+  char* victim = blocks[blocks.size() / 2];
+  auto r = run_in_child([&] {
+    xalloc_trim(0);  // room in the pool for all of them
+    for (char* b : blocks) xalloc_free(b);
+    memset(victim, 0x5a, 16);  // a write after free over the free marker
+    xalloc_free(victim);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(victim) + " (640-byte class) in free()"));
+  for (char* b : blocks) xalloc_free(b);
 }
 
 TEST(Misuse, InvalidFreesByAnotherThreadAreReported) {

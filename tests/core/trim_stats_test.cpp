@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "slab.h"
+#include "slab_pool.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -245,6 +247,23 @@ TEST(SlabPool, PooledSlabsBecomeSlabsOfAnotherClass) {
   EXPECT_LE(stats().pooled + kMiB, pooled) << "new slabs were cut while the pool held slabs of their length";
   EXPECT_TRUE(blocks_intact(blocks, 96));
   free_all(blocks);
+  xalloc_trim(0);
+}
+
+TEST(SlabPool, KeepsSlabsOfTheirClassWithTheirFreeListsIntact) {
+  xalloc_trim(0);
+  std::thread([] { free_all(filled_blocks(512, 8 * kMiB)); }).join();
+  unsigned cls = xalloc::class_of(512);
+  xalloc::Page* page = xalloc::slab_pool::take(cls);
+  ASSERT_NE(page, nullptr) << "no slab of the 512-byte class pooled";
+  EXPECT_EQ(page->owner, nullptr);
+  EXPECT_EQ(page->size_class, cls);
+  size_t listed = 0;
+  for (xalloc::FreeBlock* b = page->free; b != nullptr && listed <= page->carved(); b = xalloc::next_free(page, b))
+    ++listed;
+  EXPECT_EQ(listed, page->carved()) << "a pooled slab must list every block it carved";
+  EXPECT_GT(listed, 0u);
+  EXPECT_TRUE(xalloc::slab_pool::put(page));
   xalloc_trim(0);
 }
 

@@ -306,13 +306,21 @@ print("ok", len(s), len(e), len(words))
 // --- the heap profiler and the leak report (docs/observability.md) ------------
 
 constexpr double kSmallCount = 100000;   // keep_small: 100,000 x malloc(1000)
+constexpr double kMidCount = 16000;      // keep_mid: 16,000 x malloc(5000), through the medium classes
 constexpr double kMediumBytes = 500 * 100000.0;  // keep_medium: 500 x malloc(100000)
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// The class size prof_workload prints on a line "<key><bytes>".
+double block_bytes(const std::string& out, const std::string& key) {
+  std::string line = line_starting(out, key);
+  return line.empty() ? 0 : std::strtod(line.c_str() + key.size(), nullptr);
+}
 
 struct Profile {
   Outcome run;
   std::string heap_file, collapsed_file;
   double small_bytes = 0;  // expected live bytes of keep_small (its blocks' class size)
+  double mid_bytes = 0;    // and of keep_mid
 };
 
 // Runs prof_workload [mode] with the profiler on (and `extra_env`); finds
@@ -328,8 +336,8 @@ Profile profile_workload(const TempDir& dir, const char* mode, const char* extra
   p.run = run_program(argv, env, 60);
   p.heap_file = prefix + "." + std::to_string(p.run.pid) + ".heap";
   p.collapsed_file = prefix + "." + std::to_string(p.run.pid) + ".collapsed";
-  std::string line = line_starting(p.run.out, "small_block_bytes ");
-  p.small_bytes = kSmallCount * std::strtod(line.c_str() + 18, nullptr);
+  p.small_bytes = kSmallCount * block_bytes(p.run.out, "small_block_bytes ");
+  p.mid_bytes = kMidCount * block_bytes(p.run.out, "mid_block_bytes ");
   return p;
 }
 
@@ -369,6 +377,7 @@ PprofText parse_pprof(const std::string& text) {
 void check_profile(const Profile& p) {
   ASSERT_TRUE(p.run.exited_ok()) << p.run.describe();
   ASSERT_GT(p.small_bytes, 0) << p.run.describe();
+  ASSERT_GT(p.mid_bytes, 0) << p.run.describe();
   ASSERT_TRUE(file_exists(p.heap_file)) << p.heap_file << "\n" << p.run.describe();
   ASSERT_TRUE(file_exists(p.collapsed_file)) << p.collapsed_file;
 
@@ -379,16 +388,17 @@ void check_profile(const Profile& p) {
     Outcome r = run_program({pprof, "--text", XTEST_PROF_WORKLOAD, p.heap_file}, {}, 60);
     ASSERT_TRUE(r.exited_ok()) << r.describe();
     PprofText t = parse_pprof(r.out);
-    double small_mb = p.small_bytes / kMiB, medium_mb = kMediumBytes / kMiB;
-    EXPECT_TRUE(within(t.total_mb, small_mb + medium_mb, 0.10, "pprof Total (MB)")) << r.out;
+    double small_mb = p.small_bytes / kMiB, medium_mb = kMediumBytes / kMiB, mid_mb = p.mid_bytes / kMiB;
+    EXPECT_TRUE(within(t.total_mb, small_mb + medium_mb + mid_mb, 0.10, "pprof Total (MB)")) << r.out;
     EXPECT_TRUE(within(t.cum_mb["keep_small"], small_mb, 0.10, "keep_small (MB)")) << r.out;
     EXPECT_TRUE(within(t.cum_mb["keep_medium"], medium_mb, 0.10, "keep_medium (MB)")) << r.out;
+    EXPECT_TRUE(within(t.cum_mb["keep_mid"], mid_mb, 0.10, "keep_mid (MB)")) << r.out;
     EXPECT_LT(t.cum_mb["churn"], 1.0) << "freed memory in the live profile\n" << r.out;
   }
 
   // Collapsed stacks: "outer;...;inner bytes", one line per stack.
   std::string collapsed = read_file(p.collapsed_file);
-  double small = 0, medium = 0, churn = 0, total = 0;
+  double small = 0, medium = 0, mid = 0, churn = 0, total = 0;
   for (const std::string& line : xtest::split_lines(collapsed)) {
     size_t space = line.rfind(' ');
     ASSERT_NE(space, std::string::npos) << line;
@@ -397,12 +407,14 @@ void check_profile(const Profile& p) {
     total += bytes;
     if (stack.find(";keep_small+") != std::string::npos) small += bytes;
     if (stack.find(";keep_medium+") != std::string::npos) medium += bytes;
+    if (stack.find(";keep_mid+") != std::string::npos) mid += bytes;
     if (stack.find(";churn+") != std::string::npos) churn += bytes;
   }
   EXPECT_TRUE(within(small, p.small_bytes, 0.10, "collapsed keep_small bytes")) << collapsed;
   EXPECT_TRUE(within(medium, kMediumBytes, 0.10, "collapsed keep_medium bytes")) << collapsed;
+  EXPECT_TRUE(within(mid, p.mid_bytes, 0.10, "collapsed keep_mid bytes")) << collapsed;
   EXPECT_LT(churn, 1e6) << collapsed;
-  EXPECT_TRUE(within(total, p.small_bytes + kMediumBytes, 0.10, "collapsed total bytes")) << collapsed;
+  EXPECT_TRUE(within(total, p.small_bytes + kMediumBytes + p.mid_bytes, 0.10, "collapsed total bytes")) << collapsed;
 }
 
 struct LeakSite {
@@ -436,13 +448,15 @@ void check_leaks(const char* mode) {
   Outcome r = run_program(argv, {preload(XTEST_LIBXALLOC), "XALLOC_LEAKS=1", "XALLOC_PROF_RATE=64k"}, 60);
   ASSERT_TRUE(r.exited_ok()) << r.describe();
   std::vector<LeakSite> sites = parse_leaks(r.err);
-  ASSERT_GE(sites.size(), 2u) << r.describe();
+  ASSERT_GE(sites.size(), 3u) << r.describe();
   EXPECT_TRUE(names(sites[0], "keep_small")) << "the largest site is not keep_small\n" << r.err;
-  EXPECT_TRUE(names(sites[1], "keep_medium")) << "the second site is not keep_medium\n" << r.err;
-  std::string line = line_starting(r.out, "small_block_bytes ");
-  double small_bytes = kSmallCount * std::strtod(line.c_str() + 18, nullptr);
+  EXPECT_TRUE(names(sites[1], "keep_mid")) << "the second site is not keep_mid\n" << r.err;
+  EXPECT_TRUE(names(sites[2], "keep_medium")) << "the third site is not keep_medium\n" << r.err;
+  double small_bytes = kSmallCount * block_bytes(r.out, "small_block_bytes ");
+  double mid_bytes = kMidCount * block_bytes(r.out, "mid_block_bytes ");
   EXPECT_TRUE(within(sites[0].bytes, small_bytes, 0.10, "keep_small's estimate")) << r.err;
-  EXPECT_TRUE(within(sites[1].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
+  EXPECT_TRUE(within(sites[1].bytes, mid_bytes, 0.10, "keep_mid's estimate")) << r.err;
+  EXPECT_TRUE(within(sites[2].bytes, kMediumBytes, 0.10, "keep_medium's estimate")) << r.err;
   for (const LeakSite& site : sites) EXPECT_FALSE(names(site, "churn")) << r.err;
 }
 

@@ -6,6 +6,7 @@
  *
  *   keep_small    100,000 blocks of 1000 bytes    100,000,000 bytes live at exit
  *   keep_medium       500 blocks of 100,000 bytes  50,000,000 bytes live at exit
+ *   keep_mid       16,000 blocks of 5000 bytes     80,000,000 bytes live at exit
  *   churn           2,000 blocks of 100,000 bytes, each freed at once (200 MB, none live)
  *
  * `prof_workload` runs them on the main thread, `prof_workload thread` on a
@@ -33,6 +34,8 @@
 #define SMALL_SIZE 1000
 #define MEDIUM_COUNT 500
 #define MEDIUM_SIZE 100000
+#define MID_COUNT 16000
+#define MID_SIZE 5000
 #define CHURN_COUNT 2000
 #define CHURN_SIZE 100000
 
@@ -52,6 +55,13 @@ __attribute__((noinline)) void keep_medium(void** blocks) {
   }
 }
 
+__attribute__((noinline)) void keep_mid(void** blocks) {
+  for (int i = 0; i < MID_COUNT; ++i) {
+    blocks[i] = malloc(MID_SIZE);
+    ((char*)blocks[i])[0] = (char)i;
+  }
+}
+
 __attribute__((noinline)) void churn(void) {
   for (int i = 0; i < CHURN_COUNT; ++i) {
     char* p = malloc(CHURN_SIZE);
@@ -63,15 +73,18 @@ __attribute__((noinline)) void churn(void) {
 
 __attribute__((noinline)) void* workload(void* arg) {
   (void)arg;
-  /* The pointer arrays themselves are small (0.8 MB and 4 KB). */
+  /* The pointer arrays themselves are small (0.8 MB, 4 KB and 128 KB). */
   void** small = calloc(SMALL_COUNT, sizeof(void*));
   void** medium = calloc(MEDIUM_COUNT, sizeof(void*));
-  if (small == NULL || medium == NULL) return NULL;
+  void** mid = calloc(MID_COUNT, sizeof(void*));
+  if (small == NULL || medium == NULL || mid == NULL) return NULL;
   keep_small(small);
   churn();
   keep_medium(medium);
+  keep_mid(mid);
   g_sink = small;
   g_sink = medium;
+  g_sink = mid;
   return small; /* everything kept stays live at exit */
 }
 
@@ -138,6 +151,20 @@ static int fork_while_sampling(void) {
   return 0;
 }
 
+/* What the profiler counts for a block of up to 64 KiB: its class size. A
+ * sampled block is served as a page-granular large block, so the smallest
+ * usable size of a few blocks is the class size. */
+static size_t class_size_of(size_t size) {
+  size_t class_size = (size_t)-1;
+  for (int i = 0; i < 32; ++i) {
+    void* probe = malloc(size);
+    size_t usable = malloc_usable_size(probe);
+    if (usable < class_size) class_size = usable;
+    free(probe);
+  }
+  return class_size;
+}
+
 int main(int argc, char** argv) {
   void* result = NULL;
   if (argc > 1 && strcmp(argv[1], "fork") == 0) return fork_while_sampling();
@@ -157,17 +184,8 @@ int main(int argc, char** argv) {
     result = workload(NULL);
   }
   if (result == NULL) return 1;
-  /* What the profiler counts for a small block: its class size. A sampled
-   * block is served as a page-granular large block, so the smallest usable
-   * size of a few blocks is the class size. */
-  size_t class_size = (size_t)-1;
-  for (int i = 0; i < 32; ++i) {
-    void* probe = malloc(SMALL_SIZE);
-    size_t usable = malloc_usable_size(probe);
-    if (usable < class_size) class_size = usable;
-    free(probe);
-  }
-  printf("small_block_bytes %zu\n", class_size);
+  printf("small_block_bytes %zu\n", class_size_of(SMALL_SIZE));
+  printf("mid_block_bytes %zu\n", class_size_of(MID_SIZE));
   printf("prof_workload: done\n");
   return 0;
 }
