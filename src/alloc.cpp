@@ -129,7 +129,6 @@ void* watch_allocation(Heap*& heap, unsigned cls, size_t size, size_t alignment)
 // or allocations are watched (statistics, profiler), or the thread has no
 // heap yet.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
-  if (prof::windowed() && heap != &g_empty_heap) return heap_alloc_slow(heap, cls, true);
   if (watching(heap)) {
     if (void* sampled = watch_allocation(heap, cls, size, 0)) return sampled;
   }

@@ -44,9 +44,9 @@ inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capac
 
 void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->current[cls] = page;
-  // Sampled allocations go through the class's window; counted ones all
-  // take the slow path: the tables stay empty.
-  if (prof::windowed()) page = &heap->window[cls];
+  // Sampled small allocations go through the class's window; counted ones,
+  // and sampled ones of 1-64 KiB, take the slow path: the tables stay empty.
+  if (prof::windowed() && kClassInfo[cls].size <= kMaxSmallSize) page = &heap->window[cls];
   else if (prof::watching()) page = &g_empty_page;
   heap->serving[cls] = page;
   if (kClassInfo[cls].size > kMaxSmallSize) return;
@@ -554,7 +554,7 @@ void window_count_pops(Heap* heap, unsigned cls) {
 
 // Returns the blocks left in the heap's windows to their slabs.
 void windows_close(Heap* heap) {
-  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+  for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) {
     window_count_pops(heap, cls);
     Page& window = heap->window[cls];
     while (window.free != nullptr) {

@@ -26,6 +26,9 @@
 
 namespace xalloc {
 
+// The classes served through the direct table.
+constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
+
 constexpr uint32_t kSampleSpanSlots = 4;
 
 enum class HeapState : uint32_t {
@@ -64,15 +67,15 @@ struct alignas(64) Heap {
   // per class, then large and huge; bytes until the next sample.
   uint64_t requests[kNumClasses + 2];
   int64_t sample_countdown;
-  // Profiling without statistics (heap_profiler.h): the direct table and
-  // `serving` point at these windows instead of the current slabs. A window's free
+  // Profiling without statistics (heap_profiler.h): the direct table
+  // points at these windows instead of the current slabs. A window's free
   // list is a run of blocks taken off its class's current slab (which
   // counts them as in use) that ends before the class's next sampled byte,
   // so the fast path counts nothing: the allocation that finds the window
   // empty is either the sampled one or opens the next window. A window's
   // `needed` counts its pops since it opened.
-  Page window[kNumClasses];
-  int64_t window_countdown[kNumClasses];  // bytes of the class until its next sample
+  Page window[kNumSmallClasses];
+  int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
   // One-slice spans of freed sampled blocks, kept for this heap's next
   // samples (large.cpp).
   Page* sample_spans[kSampleSpanSlots];
@@ -131,8 +134,8 @@ void heap_init(Heap* heap, uint64_t thread_id);
 uint64_t slab_blocks_in_use(const Page* page);
 
 // Slow paths of the inline fast paths in alloc.h.
-// `from_table`: called for an empty entry of the direct table or of
-// `serving` (watched allocations are counted and sampled there).
+// `from_table`: called by alloc() for an empty entry of the direct table
+// (watched allocations are counted and sampled there).
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_table = false);
 void heap_on_needed_zero(Heap* heap, Page* page);
 

@@ -14,14 +14,15 @@
 // for flame graphs). XALLOC_LEAKS=1 prints the top allocation sites of
 // memory still live at exit.
 //
-// Blocks of up to 64 KiB (the slab classes) are sampled through per-class
-// windows (heap.h) when the profiler runs without statistics: the fast
-// paths then count nothing, and the allocation that finds its window empty
-// is either the sampled one or opens the next window. Such a block counts
-// as its class size, the memory it takes (as jemalloc counts usable sizes).
-// With XALLOC_STATS=1 (or in the secure build) every allocation of up to
-// 64 KiB takes the slow path instead, to be counted there and sampled by
-// the same byte countdown as the rest, by its requested size.
+// Small blocks (the direct table's sizes) are sampled through per-class
+// windows (heap.h) when the profiler runs without statistics: the fast path
+// then counts nothing, and the allocation that finds its window empty is
+// either the sampled one or opens the next window; such a block counts as
+// its class size. Blocks of 1-64 KiB take the out-of-line path instead, as
+// every allocation does with XALLOC_STATS=1 (or in the secure build), to be
+// counted there and sampled by a byte countdown of requested sizes: windows
+// of such blocks measured slower (their blocks, taken off the slab when the
+// window opens, are colder than the one a free just returned).
 //
 // When neither statistics nor profiling is on, nothing here runs: the
 // hooks sit on slow paths and test one global flag.
@@ -43,12 +44,11 @@ extern std::atomic<bool> g_watch_allocations_flag __attribute__((visibility("hid
 extern std::atomic<bool> g_profiling_flag __attribute__((visibility("hidden")));
 extern std::atomic<bool> g_windowed_flag __attribute__((visibility("hidden")));
 
-// True when allocations of up to 64 KiB are diverted from the fast paths
-// so that each can be counted (XALLOC_STATS) or sampled (XALLOC_PROF).
+// True when allocations are diverted from the fast paths so that each can
+// be counted (XALLOC_STATS) or sampled (XALLOC_PROF).
 inline bool watching() { return g_watch_allocations_flag.load(std::memory_order_relaxed); }
 inline bool profiling() { return g_profiling_flag.load(std::memory_order_relaxed); }
-// True when allocations of up to 64 KiB are sampled through windows and
-// not counted.
+// True when small allocations are sampled through windows and not counted.
 inline bool windowed() { return g_windowed_flag.load(std::memory_order_relaxed); }
 // True when every allocation is counted by class.
 inline bool counting() { return watching() && !windowed(); }
