@@ -311,15 +311,15 @@ void heap_init(Heap* heap, uint64_t thread_id) {
 
 // Everything heap_alloc_slow does beyond the watched fast case; a separate
 // function so that that case needs no stack frame.
-XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_table);
+XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct);
 
 XALLOC_NOINLINE void* window_alloc(Heap* heap, unsigned cls);
 
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_table) {
-  if (from_table && prof::windowed() && heap != &g_empty_heap) return window_alloc(heap, cls);
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
+  if (from_direct && prof::windowed() && heap != &g_empty_heap) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and
   // take the block at once unless a sample is due.
-  if (from_table) {
+  if (from_direct) {
     Page* page = heap->current[cls];
     if (XALLOC_LIKELY(page->free != nullptr) && prof::watching()) {
       int64_t left = heap->sample_countdown - static_cast<int64_t>(kClassInfo[cls].size);
@@ -330,10 +330,10 @@ void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_table) {
       }
     }
   }
-  return heap_alloc_refill(heap, cls, from_table);
+  return heap_alloc_refill(heap, cls, from_direct);
 }
 
-void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_table) {
+void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
     // Aligned requests come here by class too: a class's blocks are aligned
     // to the largest power of two that divides its size.
@@ -349,7 +349,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_table) {
     }
   }
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
-  if (XALLOC_UNLIKELY(prof::watching()) && from_table) {
+  if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
     if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0)) return sampled;
   }
   Page* page = heap->current[cls];

@@ -53,7 +53,7 @@ struct alignas(64) Heap {
   Page* serving[kNumClasses];
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
-  // Empty slabs kept instead of going back to the span allocator, with
+  // Empty slabs kept instead of leaving the heap (slab_pool.h), with
   // their free lists intact (a few in all, listed by class through
   // Page::next), for the pattern that would otherwise take and return slabs
   // on every round: a batch that spills past the current slab and is then
@@ -134,9 +134,9 @@ void heap_init(Heap* heap, uint64_t thread_id);
 uint64_t slab_blocks_in_use(const Page* page);
 
 // Slow paths of the inline fast paths in alloc.h.
-// `from_table`: called by alloc() for an empty entry of the direct table
-// (watched allocations are counted and sampled there).
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_table = false);
+// `from_direct`: called by alloc() for a small size (watched allocations
+// are counted and sampled there).
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
 void heap_on_needed_zero(Heap* heap, Page* page);
 
 // A zeroed block of class `cls`: blocks carved from memory fresh from the
