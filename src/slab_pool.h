@@ -17,8 +17,9 @@
 // It is looked at every half purge delay, from every heap's periodic slow
 // path and from the background purger: the slabs of a class that stayed
 // in the pool through a whole interval (the fewest it held during it) go
-// back to the span allocator, counted as idle that long, so no pooled slab
-// stays resident unused much past the purge delay. With a purge delay of
+// back to the span allocator, counted as idle for one interval (they were
+// for one or two), so an unused pooled slab stays resident for at most
+// about one and a half purge delays. With a purge delay of
 // 0 nothing is pooled; malloc_trim empties the pool.
 #pragma once
 

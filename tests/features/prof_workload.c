@@ -151,9 +151,10 @@ static int fork_while_sampling(void) {
   return 0;
 }
 
-/* What the profiler counts for a block of up to 64 KiB: its class size. A
- * sampled block is served as a page-granular large block, so the smallest
- * usable size of a few blocks is the class size. */
+/* What the profiler counts for a small block (up to 1 KiB): its class size
+ * (larger ones count as requested). A sampled block is served as a
+ * page-granular large block, so the smallest usable size of a few blocks
+ * is the class size. */
 static size_t class_size_of(size_t size) {
   size_t class_size = (size_t)-1;
   for (int i = 0; i < 32; ++i) {
@@ -185,7 +186,6 @@ int main(int argc, char** argv) {
   }
   if (result == NULL) return 1;
   printf("small_block_bytes %zu\n", class_size_of(SMALL_SIZE));
-  printf("mid_block_bytes %zu\n", class_size_of(MID_SIZE));
   printf("prof_workload: done\n");
   return 0;
 }
