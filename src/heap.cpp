@@ -115,21 +115,25 @@ void slab_carve(Page* page) {
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }
 
+// A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
+Page* slab_adopt(Heap* heap, Page* page) {
+  page->owner = heap;
+  page->set_state(SlabState::kDetached);
+  stats::add(stats::g_global.slab_in_use, page->span_bytes());
+  stats::note_slab_created(page->size_class);
+  return page;
+}
+
 // Makes `page`, a span `cls`'s slabs long, a fresh slab of `cls` for
 // `heap`: nothing carved yet.
 Page* slab_format(Heap* heap, Page* page, unsigned cls, bool is_zero) {
-  const ClassInfo& info = kClassInfo[cls];
   page->free = nullptr;
   page->needed = 0;
   page->size_class = static_cast<uint8_t>(cls);
-  page->set_state(SlabState::kDetached);
   page->is_zero = is_zero ? 1 : 0;
-  page->div_magic = info.div_magic;
+  page->div_magic = kClassInfo[cls].div_magic;
   page->set_carved_bytes(0);
-  page->owner = heap;
-  stats::add(stats::g_global.slab_in_use, page->span_bytes());
-  stats::note_slab_created(cls);
-  return page;
+  return slab_adopt(heap, page);
 }
 
 // A new slab of `cls`: an empty one of another class from the pool, whose
@@ -142,15 +146,6 @@ Page* slab_create(Heap* heap, unsigned cls) {
   Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero);
   if (page == nullptr) return nullptr;
   return slab_format(heap, page, cls, is_zero);
-}
-
-// A heap takes over an empty slab from the pool (slab_pool.h).
-Page* slab_adopt(Heap* heap, Page* page) {
-  page->owner = heap;
-  page->set_state(SlabState::kDetached);
-  stats::add(stats::g_global.slab_in_use, page->span_bytes());
-  stats::note_slab_created(page->size_class);
-  return page;
 }
 
 // An empty slab leaves its heap: to the pool, its free list intact, or
