@@ -54,8 +54,8 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
                 page->block_size(), caller);
 }
 
-// A checked slab block freed through the out-of-line path by its owner, or
-// by a thread that has no heap yet or whose heap is gone.
+// A checked slab block freed through the out-of-line path: by its owner,
+// or in secure mode by any thread.
 XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
   Heap* owner = page->owner;
   Heap* heap = t_heap;
@@ -65,14 +65,14 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     return;
   }
+  if (!secure::kEnabled) return outbox_add(heap->outbox, owner, block, page->size_class, g_options.remote_batch_bytes);
   heap = thread_heap_acquire();
   if (heap == nullptr) {
     set_remote_next(block, nullptr);
     inbox_push(owner, 0, block, block, page->block_size());  // this thread is exiting: no buffering
     return;
   }
-  if (secure::kEnabled) return quarantine_free(heap, page, block);
-  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
+  quarantine_free(heap, page, block);
 }
 
 XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller caller) {
@@ -94,6 +94,14 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
       if (page->kind() == PageKind::kFree && address == page->start) report_misuse("double free", ptr, 0, caller);
       report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
   }
+}
+
+// A span without an owner: a large, huge or free span, or a slab in the
+// slab pool.
+XALLOC_NOINLINE void free_unowned(Page* page, FreeBlock* block, Caller caller) {
+  if (page->kind() == PageKind::kSlab) report_slab_misuse(page, block, caller);
+  auto address = reinterpret_cast<uintptr_t>(block);
+  free_span(segment_of(address), page, block, caller);
 }
 
 // Class of a size for statistics: slab classes, then large, then huge.
@@ -172,24 +180,24 @@ void free_generic(void* ptr, Caller caller) {
 // instructions as it takes: a thread that frees blocks allocated elsewhere
 // mostly misses the cache on each block's marker, and the fewer
 // instructions lie between two such loads, the more of them the processor
-// keeps in flight at once.
+// keeps in flight at once (remote_free.h).
 //
 // A block that fails a check is reported at once: looking again could find
 // it handed out by its owner in between (a double free racing the owner's
 // malloc) and pass it. The place check runs in every build; only the
-// marker is XALLOC_MISUSE_CHECKS's.
+// marker is XALLOC_MISUSE_CHECKS's. A thread without a heap stages nothing
+// (g_empty_heap's stage is always full): outbox_add_full gives it one.
 void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
-  auto address = reinterpret_cast<uintptr_t>(ptr);
-  if (XALLOC_UNLIKELY(page->kind() != PageKind::kSlab)) return free_span(segment_of(address), page, ptr, caller);
   auto* block = static_cast<FreeBlock*>(ptr);
   Heap* owner = page->owner;
-  // A slab without an owner is in the slab pool: every block of it is free.
-  if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_bytes())) ||
-      XALLOC_UNLIKELY(owner == nullptr) || XALLOC_UNLIKELY(!slab_mark_free(page, block)))
+  // Only slabs have owners; a slab without one is in the slab pool, where
+  // every block is free.
+  if (XALLOC_UNLIKELY(owner == nullptr)) return free_unowned(page, block, caller);
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_bytes())) ||
+      XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap || heap == &g_empty_heap))
-    return free_slab_block_slow(page, block);
-  outbox_add(heap->outbox, owner, block, page->block_size(), g_options.remote_batch_bytes);
+  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap)) return free_slab_block_slow(page, block);
+  outbox_add(heap->outbox, owner, block, page->size_class, g_options.remote_batch_bytes);
 }
 
 void* alloc_zeroed(size_t size) {

@@ -297,8 +297,10 @@ uint64_t slab_blocks_in_use(const Page* page) {
   }
 }
 
-void heap_init(Heap* heap, uint64_t thread_id) {
+void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   new (heap) Heap(Heap::EmptyTag{});
+  heap->outbox.staged = stage;
+  heap->outbox.staged_count = 0;
   heap->thread_id = thread_id;
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
@@ -454,7 +456,7 @@ void heap_drain_inbox(Heap* heap) {
 // A quarantined block of another heap's slab goes to its owner; out of
 // line, so that the common case (a block of this heap) needs few registers.
 [[maybe_unused]] XALLOC_NOINLINE static void send_quarantined(Heap* heap, Page* page, FreeBlock* block) {
-  outbox_add(heap->outbox, page->owner, block, page->block_size(), g_options.remote_batch_bytes);
+  outbox_add(heap->outbox, page->owner, block, page->size_class, g_options.remote_batch_bytes);
 }
 
 // Frees a block for real: pushes it on its slab if this heap owns it, or

@@ -105,6 +105,9 @@ struct alignas(64) Heap {
   std::atomic<uint32_t> drain_requested;
 };
 
+// A staged remote free keeps its owner's class in the low bits (remote_free.h).
+static_assert(alignof(Heap) > kStagedClassMask);
+
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
@@ -128,7 +131,9 @@ extern Heap g_empty_heap __attribute__((visibility("hidden")));
 // The calling thread's heap. Initial-exec TLS: one instruction to read.
 extern __thread Heap* t_heap;
 
-void heap_init(Heap* heap, uint64_t thread_id);
+// Constructs a heap in `heap`, with `stage` (kStageSlots entries) as its
+// outbox's stage.
+void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage);
 
 // Blocks in use in `page`, a slab (whatever its state).
 uint64_t slab_blocks_in_use(const Page* page);

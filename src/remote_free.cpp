@@ -1,6 +1,7 @@
 #include "remote_free.h"
 
 #include "heap.h"
+#include "options.h"
 #include "thread_registry.h"
 
 namespace xalloc {
@@ -17,6 +18,49 @@ void send_slot(Outbox& outbox, size_t slot) {
   }
   outbox.blocks += outbox.slot_blocks[slot];
   outbox.slot_blocks[slot] = 0;
+}
+
+// The slot that serves `dest`, after sending what it holds for another
+// destination.
+size_t slot_for(Outbox& outbox, Heap* dest) {
+  // Heaps are at least 64-byte aligned; mix the bits above that.
+  uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
+  size_t slot = static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
+  if (outbox.dest[slot] != dest) {
+    send_slot(outbox, slot);
+    outbox.dest[slot] = dest;
+  }
+  return slot;
+}
+
+Heap* dest_of(StagedBlock staged) { return reinterpret_cast<Heap*>(staged.owner_and_class & ~kStagedClassMask); }
+
+size_t size_of(StagedBlock staged) { return kClassInfo[staged.owner_and_class & kStagedClassMask].size; }
+
+// Links `count` staged blocks of one destination, of `bytes` in all, onto
+// the lists of `slot`. Lanes take every kLanes-th block, so that
+// neighbouring blocks land on different lists.
+void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count, size_t bytes) {
+  for (size_t lane = 0; lane < kLanes && lane < count; ++lane) {
+    FreeBlock* head = outbox.head[slot][lane];
+    if (head == nullptr) outbox.tail[slot][lane] = run[lane].block;
+    for (size_t i = lane; i < count; i += kLanes) {
+      set_remote_next(run[i].block, head);
+      head = run[i].block;
+    }
+    outbox.head[slot][lane] = head;
+  }
+  outbox.slot_bytes[slot] += bytes;
+  outbox.slot_blocks[slot] += count;
+}
+
+// A thread without a heap of its own that frees another heap's block: it
+// gets a heap now, or, when it is exiting, sends the block at once.
+void send_without_heap(Heap* dest, FreeBlock* block, unsigned cls) {
+  Heap* heap = thread_heap_acquire();
+  if (heap != nullptr) return outbox_add(heap->outbox, dest, block, cls, g_options.remote_batch_bytes);
+  set_remote_next(block, nullptr);
+  inbox_push(dest, 0, block, block, kClassInfo[cls].size);
 }
 
 // Points every small size of `dest` at the empty slab: its next small
@@ -43,16 +87,26 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
 }
 
-void outbox_add_switching(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
-  size_t slot = outbox_slot_of(dest);
-  send_slot(outbox, slot);
-  outbox.dest[slot] = dest;
-  outbox_link(outbox, slot, block, block_size);
-  if (outbox.bytes >= limit) outbox_flush(outbox);
+void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls) {
+  if (&outbox == &g_empty_heap.outbox) return send_without_heap(dest, block, cls);
+  outbox_flush(outbox);
+  outbox_add(outbox, dest, block, cls, g_options.remote_batch_bytes);
 }
 
 void outbox_flush(Outbox& outbox) {
-  for (size_t slot = 0; slot < kOutboxSlots; ++slot) send_slot(outbox, slot);
+  const StagedBlock* staged = outbox.staged;
+  size_t count = outbox.staged_count;
+  for (size_t start = 0, end; start < count; start = end) {
+    Heap* dest = dest_of(staged[start]);
+    size_t bytes = size_of(staged[start]);
+    for (end = start + 1; end < count && dest_of(staged[end]) == dest; ++end) bytes += size_of(staged[end]);
+    link_run(outbox, slot_for(outbox, dest), staged + start, end - start, bytes);
+  }
+  for (size_t slot = 0; slot < kOutboxSlots; ++slot) {
+    send_slot(outbox, slot);
+    outbox.dest[slot] = nullptr;
+  }
+  outbox.staged_count = 0;
   outbox.bytes = 0;
 }
 

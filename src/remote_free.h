@@ -2,10 +2,19 @@
 //
 // A block freed by a thread that does not own its slab is returned to the
 // owning heap, never kept by the freeing thread. To make that cheap, the
-// freeing thread first collects such blocks in its outbox, a few lists keyed
-// by destination heap, and hands each list over with a single atomic
-// operation once the outbox holds kRemoteBatchBytes (or when the thread
-// takes a slow path, collects, or exits).
+// freeing thread first stages such blocks in its outbox - an array, so that
+// the free itself writes nothing into the block but its free marker - and
+// sends them once the outbox holds kRemoteBatchBytes (or when the thread
+// takes a slow path, collects, or exits): it then links them into a few
+// lists per destination heap and hands each list over with one atomic
+// operation.
+//
+// Why stage instead of linking at once: a thread that frees blocks
+// allocated elsewhere mostly misses the cache on each of them, on the
+// marker check (alloc.cpp). The processor overlaps as many of those misses
+// as its reorder buffer holds frees, so every instruction of the remote
+// free path that can move to the send (where the blocks are in the cache
+// again) lets more of them overlap.
 //
 // Each heap's inbox is a lock-free stack that producers push whole lists
 // onto (compare-and-swap of the head) and that the owner empties with one
@@ -20,6 +29,7 @@
 
 #include "page.h"
 #include "secure.h"
+#include "size_classes.h"
 
 namespace xalloc {
 
@@ -44,15 +54,36 @@ inline void set_remote_next(FreeBlock* block, FreeBlock* next) {
                                              (secure::kEnabled ? secure::g_link_secret : 0));
 }
 
-// The lists of a slot, one per lane, run head to tail.
+// Blocks the outbox stages at most, whatever XALLOC_REMOTE_BATCH says.
+constexpr size_t kStageSlots = 512;
+
+// A staged block, with its owner and its size class: the class in the low
+// bits of the owner's address (heaps are 64-byte aligned: heap.h).
+struct StagedBlock {
+  FreeBlock* block;
+  uintptr_t owner_and_class;
+};
+constexpr uintptr_t kStagedClassMask = 63;
+static_assert(kNumClasses <= kStagedClassMask + 1);
+
 struct Outbox {
-  Heap* dest[kOutboxSlots];
-  FreeBlock* head[kOutboxSlots][kLanes];
-  FreeBlock* tail[kOutboxSlots][kLanes];
-  size_t slot_bytes[kOutboxSlots];
-  size_t slot_blocks[kOutboxSlots];  // queued since the slot was last sent
-  size_t bytes;   // buffered in all slots
-  size_t blocks;  // ever sent (statistics)
+  // Blocks freed since the last send, marked free but not linked yet: an
+  // array of kStageSlots next to the heap (thread_registry.cpp), apart
+  // from it so that a new heap's constructor need not zero it (its memory
+  // is fresh from the OS, and stays untouched until the thread frees
+  // another thread's block).
+  // Until heap_init gives it a stage, an outbox is full: g_empty_heap's
+  // stages nothing.
+  StagedBlock* staged = nullptr;
+  size_t staged_count = kStageSlots;
+  size_t bytes = 0;   // staged
+  size_t blocks = 0;  // ever sent (statistics)
+  // While sending: the lists of a slot, one per lane, run head to tail.
+  Heap* dest[kOutboxSlots] = {};
+  FreeBlock* head[kOutboxSlots][kLanes] = {};
+  FreeBlock* tail[kOutboxSlots][kLanes] = {};
+  size_t slot_bytes[kOutboxSlots] = {};
+  size_t slot_blocks[kOutboxSlots] = {};
 };
 
 // Pushes the list head..tail onto lane `lane` of `dest`'s inbox; `bytes`
@@ -62,37 +93,23 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
 // Pending inbox bytes past which a sender asks the owner to drain.
 constexpr size_t kDrainRequestBytes = 256 * 1024;
 
-// Sends every slot's list to its destination.
+// Sends every staged block to its owner.
 void outbox_flush(Outbox& outbox);
 
-inline size_t outbox_slot_of(const Heap* dest) {
-  // Heaps are at least 64-byte aligned; mix the bits above that.
-  uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
-  return static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
-}
+// outbox_add when the stage is full (or is g_empty_heap's).
+void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls);
 
-// Links `block` onto `slot`, which serves its destination.
-inline void outbox_link(Outbox& outbox, size_t slot, FreeBlock* block, size_t block_size) {
-  size_t lane = outbox.slot_blocks[slot]++ & (kLanes - 1);
-  FreeBlock* head = outbox.head[slot][lane];
-  set_remote_next(block, head);
-  outbox.head[slot][lane] = block;
-  if (head == nullptr) outbox.tail[slot][lane] = block;
-  outbox.slot_bytes[slot] += block_size;
-  outbox.bytes += block_size;
-}
-
-// outbox_add for a destination its slot does not serve yet.
-void outbox_add_switching(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit);
-
-// Queues `block` (of `block_size` bytes) for `dest`; sends everything once
-// `limit` bytes are waiting. (Every call is a tail call: the function
-// needs no stack frame.)
-inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, size_t block_size, size_t limit) {
-  size_t slot = outbox_slot_of(dest);
-  if (__builtin_expect(outbox.dest[slot] != dest, 0)) return outbox_add_switching(outbox, dest, block, block_size, limit);
-  outbox_link(outbox, slot, block, block_size);
-  if (__builtin_expect(outbox.bytes >= limit, 0)) outbox_flush(outbox);
+// Stages `block` (marked free, of class `cls`, of a slab that `dest`
+// owns); sends everything once `limit` bytes are staged. (Every call is a
+// tail call: the function needs no stack frame.)
+inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls, size_t limit) {
+  size_t count = outbox.staged_count;
+  if (__builtin_expect(count == kStageSlots, 0)) return outbox_add_full(outbox, dest, block, cls);
+  outbox.staged[count] = {block, reinterpret_cast<uintptr_t>(dest) | cls};
+  outbox.staged_count = count + 1;
+  size_t bytes = outbox.bytes + kClassInfo[cls].size;
+  outbox.bytes = bytes;
+  if (__builtin_expect(bytes >= limit, 0)) outbox_flush(outbox);
 }
 
 }  // namespace xalloc

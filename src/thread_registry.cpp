@@ -91,7 +91,9 @@ void start_purger() {
 }
 
 Heap* new_heap_locked() {
-  constexpr size_t kHeapBytes = (sizeof(Heap) + 63) & ~size_t{63};
+  // A heap, then its outbox's stage.
+  constexpr size_t kHeapBytes = ((sizeof(Heap) + 63) & ~size_t{63}) + kStageSlots * sizeof(StagedBlock);
+  static_assert(kHeapBytes % 64 == 0 && kHeapBytes <= kHeapChunkBytes);
   if (g_heap_chunk_left < kHeapBytes) {
     void* chunk = os::map(kHeapChunkBytes);
     if (chunk == nullptr && release_cached_memory()) chunk = os::map(kHeapChunkBytes);
@@ -102,7 +104,7 @@ Heap* new_heap_locked() {
   auto* heap = reinterpret_cast<Heap*>(g_heap_chunk);
   g_heap_chunk += kHeapBytes;
   g_heap_chunk_left -= kHeapBytes;
-  heap_init(heap, 0);
+  heap_init(heap, 0, reinterpret_cast<StagedBlock*>(g_heap_chunk - kStageSlots * sizeof(StagedBlock)));
   heap->next_in_registry = g_all_heaps.load(std::memory_order_relaxed);
   g_all_heaps.store(heap, std::memory_order_release);
   stats::add(stats::g_global.heaps, 1);

@@ -182,6 +182,16 @@ TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
     return 0;
   });
   EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
+  // Both from one other thread, while the first still waits in its outbox.
+  r = run_in_child([p] {
+    std::thread t([p] {
+      xalloc_free(p);
+      xalloc_free(p);
+    });
+    t.join();
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (48-byte class) in free()"));
   xalloc_free(p);
   xalloc_free(keep);
 }

@@ -374,6 +374,59 @@ TEST(Threads, FreedBlocksReturnToTheirOwner) {
       << committed_second << ")";
 }
 
+TEST(Threads, RemoteFreesOfManyOwnersInTurnReachEachOwner) {
+  // One thread frees the blocks of more owners than its outbox has slots,
+  // taking them in turn, so that no two neighbouring frees share an owner.
+  // A block sent to the wrong heap is caught where that heap drains it, in
+  // the debug-checks build (XALLOC_CHECK in return_block); in every build,
+  // a block that never arrives keeps its slab committed after every owner
+  // has reused its memory and exited, and a trim.
+  const size_t kOwners = 24, kPerOwner = xtest::scaled(400, 50);
+  xalloc_trim(0);
+  xalloc_stats_t baseline;
+  xalloc_get_stats(&baseline);
+  std::vector<std::vector<void*>> blocks(kOwners);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t ready = 0;
+  bool freed = false;
+  std::vector<std::thread> owners;
+  for (size_t o = 0; o < kOwners; ++o) {
+    owners.emplace_back([&, o] {
+      for (size_t i = 0; i < kPerOwner; ++i) blocks[o].push_back(xalloc_malloc(16 + (o * 7 + i * 13) % 900));
+      std::unique_lock<std::mutex> g(mu);
+      ++ready;
+      cv.notify_all();
+      cv.wait(g, [&] { return freed; });
+      g.unlock();
+      std::vector<void*> again;
+      for (size_t i = 0; i < kPerOwner; ++i) again.push_back(xalloc_malloc(16 + (o * 7 + i * 13) % 900));
+      for (void* p : again) xalloc_free(p);
+    });
+  }
+  {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return ready == kOwners; });
+  }
+  std::thread freer([&] {
+    for (size_t i = 0; i < kPerOwner; ++i)
+      for (size_t o = 0; o < kOwners; ++o) xalloc_free(blocks[o][i]);
+  });
+  freer.join();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    freed = true;
+  }
+  cv.notify_all();
+  for (std::thread& t : owners) t.join();
+  xalloc_trim(0);
+  xalloc_stats_t after;
+  xalloc_get_stats(&after);
+  EXPECT_LE(after.committed, baseline.committed + 2 * (size_t{1} << 20))
+      << "blocks freed for " << kOwners << " owners did not all come back: committed " << baseline.committed
+      << " -> " << after.committed;
+}
+
 TEST(Threads, ConcurrentFirstAllocation) {
   // Many threads whose very first allocation happens at the same moment.
   const unsigned kThreads = 32;
