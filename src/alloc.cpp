@@ -133,14 +133,27 @@ void* watch_allocation(Heap*& heap, unsigned cls, size_t size, size_t alignment)
   return heap != &g_empty_heap ? prof::watch(heap, cls, size, alignment) : nullptr;
 }
 
-// Slab classes above kMaxSmallSize when the class's current slab is empty,
-// or allocations are watched (statistics, profiler), or the thread has no
-// heap yet.
-XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+XALLOC_NOINLINE void* alloc_medium_watched(Heap* heap, unsigned cls, size_t size) {
   if (watching(heap)) {
     if (void* sampled = watch_allocation(heap, cls, size, 0)) return sampled;
   }
   return alloc_from_class(heap, cls);
+}
+
+// Slab classes above kMaxSmallSize when the class's current slab is empty,
+// or allocations are watched (statistics, profiler), or the thread has no
+// heap yet. The profiler without statistics (windowed) comes here for
+// every allocation of these sizes: it counts them down and takes the block
+// with no more than that, and no stack frame, until a sample is due.
+XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  if (prof::windowed() && heap != &g_empty_heap) {
+    int64_t left = heap->sample_countdown - static_cast<int64_t>(size);
+    if (XALLOC_LIKELY(left > 0)) {
+      heap->sample_countdown = left;
+      return alloc_from_class(heap, cls);
+    }
+  }
+  return alloc_medium_watched(heap, cls, size);
 }
 
 XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
