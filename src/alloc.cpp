@@ -65,7 +65,7 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     return;
   }
-  if (!secure::kEnabled) return outbox_add(heap->outbox, owner, block, page->size_class, g_options.remote_batch_bytes);
+  if (!secure::kEnabled) return outbox_add(heap->outbox, owner, block, page->size_class);
   heap = thread_heap_acquire();
   if (heap == nullptr) {
     set_remote_next(block, nullptr);
@@ -210,7 +210,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
       XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
   if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap)) return free_slab_block_slow(page, block);
-  outbox_add(heap->outbox, owner, block, page->size_class, g_options.remote_batch_bytes);
+  outbox_add(heap->outbox, owner, block, page->size_class);
 }
 
 void* alloc_zeroed(size_t size) {

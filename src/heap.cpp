@@ -255,7 +255,7 @@ void heap_periodic(Heap* heap) {
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
   if (heap->spare_count != 0) spares_expire(heap);
-  if (heap->outbox.bytes != 0) outbox_flush(heap->outbox);
+  if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
   slab_pool::release_idle(now);
@@ -299,8 +299,8 @@ uint64_t slab_blocks_in_use(const Page* page) {
 
 void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   new (heap) Heap(Heap::EmptyTag{});
-  heap->outbox.staged = stage;
-  heap->outbox.staged_count = 0;
+  heap->outbox.stage = heap->outbox.stage_next = stage;
+  heap->outbox.stage_end = stage + kStageSlots;
   heap->thread_id = thread_id;
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
@@ -456,7 +456,7 @@ void heap_drain_inbox(Heap* heap) {
 // A quarantined block of another heap's slab goes to its owner; out of
 // line, so that the common case (a block of this heap) needs few registers.
 [[maybe_unused]] XALLOC_NOINLINE static void send_quarantined(Heap* heap, Page* page, FreeBlock* block) {
-  outbox_add(heap->outbox, page->owner, block, page->size_class, g_options.remote_batch_bytes);
+  outbox_add(heap->outbox, page->owner, block, page->size_class);
 }
 
 // Frees a block for real: pushes it on its slab if this heap owns it, or

@@ -35,7 +35,7 @@ size_t slot_for(Outbox& outbox, Heap* dest) {
 
 Heap* dest_of(StagedBlock staged) { return reinterpret_cast<Heap*>(staged.owner_and_class & ~kStagedClassMask); }
 
-size_t size_of(StagedBlock staged) { return kClassInfo[staged.owner_and_class & kStagedClassMask].size; }
+size_t size_of(StagedBlock staged) { return kClassSize[staged.owner_and_class & kStagedClassMask]; }
 
 // Links `count` staged blocks of one destination, of `bytes` in all, onto
 // the lists of `slot`. Lanes take every kLanes-th block, so that
@@ -58,7 +58,7 @@ void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count,
 // gets a heap now, or, when it is exiting, sends the block at once.
 void send_without_heap(Heap* dest, FreeBlock* block, unsigned cls) {
   Heap* heap = thread_heap_acquire();
-  if (heap != nullptr) return outbox_add(heap->outbox, dest, block, cls, g_options.remote_batch_bytes);
+  if (heap != nullptr) return outbox_add(heap->outbox, dest, block, cls);
   set_remote_next(block, nullptr);
   inbox_push(dest, 0, block, block, kClassInfo[cls].size);
 }
@@ -90,12 +90,12 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
 void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls) {
   if (&outbox == &g_empty_heap.outbox) return send_without_heap(dest, block, cls);
   outbox_flush(outbox);
-  outbox_add(outbox, dest, block, cls, g_options.remote_batch_bytes);
+  outbox_add(outbox, dest, block, cls);
 }
 
 void outbox_flush(Outbox& outbox) {
-  const StagedBlock* staged = outbox.staged;
-  size_t count = outbox.staged_count;
+  const StagedBlock* staged = outbox.stage;
+  size_t count = static_cast<size_t>(outbox.stage_next - outbox.stage);
   for (size_t start = 0, end; start < count; start = end) {
     Heap* dest = dest_of(staged[start]);
     size_t bytes = size_of(staged[start]);
@@ -106,8 +106,8 @@ void outbox_flush(Outbox& outbox) {
     send_slot(outbox, slot);
     outbox.dest[slot] = nullptr;
   }
-  outbox.staged_count = 0;
-  outbox.bytes = 0;
+  outbox.stage_next = outbox.stage;
+  outbox.budget = g_options.remote_batch_bytes;
 }
 
 }  // namespace xalloc

@@ -67,16 +67,19 @@ constexpr uintptr_t kStagedClassMask = 63;
 static_assert(kNumClasses <= kStagedClassMask + 1);
 
 struct Outbox {
-  // Blocks freed since the last send, marked free but not linked yet: an
-  // array of kStageSlots next to the heap (thread_registry.cpp), apart
-  // from it so that a new heap's constructor need not zero it (its memory
-  // is fresh from the OS, and stays untouched until the thread frees
-  // another thread's block).
-  // Until heap_init gives it a stage, an outbox is full: g_empty_heap's
+  // Blocks freed since the last send, marked free but not linked yet:
+  // [stage, stage_next), in an array of kStageSlots next to the heap
+  // (thread_registry.cpp), apart from it so that a new heap's constructor
+  // need not zero it (its memory is fresh from the OS, and stays untouched
+  // until the thread frees another thread's block). Until heap_init gives
+  // it a stage, an outbox is full (stage_next == stage_end): g_empty_heap's
   // stages nothing.
-  StagedBlock* staged = nullptr;
-  size_t staged_count = kStageSlots;
-  size_t bytes = 0;   // staged
+  StagedBlock* stage = nullptr;
+  StagedBlock* stage_next = nullptr;
+  StagedBlock* stage_end = nullptr;
+  // Bytes that may still be staged before a send (XALLOC_REMOTE_BATCH
+  // after each send; a new heap's first remote free sends at once).
+  size_t budget = 0;
   size_t blocks = 0;  // ever sent (statistics)
   // While sending: the lists of a slot, one per lane, run head to tail.
   Heap* dest[kOutboxSlots] = {};
@@ -99,17 +102,19 @@ void outbox_flush(Outbox& outbox);
 // outbox_add when the stage is full (or is g_empty_heap's).
 void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls);
 
+inline bool outbox_pending(const Outbox& outbox) { return outbox.stage_next != outbox.stage; }
+
 // Stages `block` (marked free, of class `cls`, of a slab that `dest`
-// owns); sends everything once `limit` bytes are staged. (Every call is a
-// tail call: the function needs no stack frame.)
-inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls, size_t limit) {
-  size_t count = outbox.staged_count;
-  if (__builtin_expect(count == kStageSlots, 0)) return outbox_add_full(outbox, dest, block, cls);
-  outbox.staged[count] = {block, reinterpret_cast<uintptr_t>(dest) | cls};
-  outbox.staged_count = count + 1;
-  size_t bytes = outbox.bytes + kClassInfo[cls].size;
-  outbox.bytes = bytes;
-  if (__builtin_expect(bytes >= limit, 0)) outbox_flush(outbox);
+// owns); sends everything once XALLOC_REMOTE_BATCH bytes are staged.
+// (Every call is a tail call: the function needs no stack frame.)
+inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls) {
+  StagedBlock* slot = outbox.stage_next;
+  if (__builtin_expect(slot == outbox.stage_end, 0)) return outbox_add_full(outbox, dest, block, cls);
+  *slot = {block, reinterpret_cast<uintptr_t>(dest) | cls};
+  outbox.stage_next = slot + 1;
+  size_t size = kClassSize[cls];
+  if (__builtin_expect(size >= outbox.budget, 0)) return outbox_flush(outbox);
+  outbox.budget -= size;
 }
 
 }  // namespace xalloc

@@ -68,6 +68,13 @@ constexpr auto kClassInfo = [] {
   return table;
 }();
 
+// The block sizes alone, for a lookup scaled by 4 (remote_free.h).
+constexpr auto kClassSize = [] {
+  std::array<uint32_t, kNumClasses> table{};
+  for (unsigned c = 0; c < kNumClasses; ++c) table[c] = kClassInfo[c].size;
+  return table;
+}();
+
 constexpr auto kGranuleClass = [] {
   std::array<uint8_t, kDirectSlots> table{};
   for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(class_of(g * 16));
