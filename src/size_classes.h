@@ -53,10 +53,14 @@ struct ClassInfo {
 
 constexpr ClassInfo make_class_info(unsigned cls) {
   size_t size = class_size_of(cls);
-  // Slabs hold at least eight blocks (one slice for classes up to 8 KiB);
-  // the slab tail that no block fits in is then below 1/8 of the slab.
-  size_t slices = (size * 8 + kSliceSize - 1) / kSliceSize;
-  if (slices == 0) slices = 1;
+  // Classes up to 8 KiB: one slice (at least eight blocks). Larger ones:
+  // the fewest slices that hold four blocks with at most an eighth of the
+  // slab left over. Few blocks per slab let a slab empty out (and leave)
+  // sooner under random frees.
+  size_t slices = 1;
+  while (slices * kSliceSize / size < 4 ||
+         (slices * kSliceSize - slices * kSliceSize / size * size) * 8 > slices * kSliceSize)
+    ++slices;
   size_t capacity = slices * kSliceSize / size;
   return ClassInfo{static_cast<uint32_t>(size), static_cast<uint16_t>(slices), static_cast<uint16_t>(capacity),
                    ~uint64_t{0} / size + 1};
@@ -111,6 +115,6 @@ static_assert([] {
   return true;
 }());
 static_assert(class_of(129) == kFineClasses && class_size_of(kFineClasses) == 160);
-static_assert(kClassInfo[kNumClasses - 1].capacity >= 8);
+static_assert(kClassInfo[kNumClasses - 1].capacity >= 4);
 
 }  // namespace xalloc

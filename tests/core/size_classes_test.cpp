@@ -102,10 +102,23 @@ TEST(SizeClasses, ClassInfoTable) {
   for (unsigned c = 0; c < kNumClasses; ++c) {
     const ClassInfo& info = kClassInfo[c];
     EXPECT_EQ(info.size, class_size_of(c));
-    EXPECT_GE(info.capacity, 8u) << "class " << c;
-    EXPECT_LE(size_t{info.capacity} * info.size, size_t{info.slices} * kSliceSize);
-    // The tail no block fits in is smaller than a block.
-    EXPECT_LT(size_t{info.slices} * kSliceSize - size_t{info.capacity} * info.size, size_t{info.size});
+    // Up to 8 KiB one slice; above, the fewest slices that hold four
+    // blocks and leave at most an eighth of the slab unused.
+    EXPECT_GE(info.capacity, info.size <= 8192 ? 8u : 4u) << "class " << c;
+    if (info.size <= 8192) {
+      EXPECT_EQ(info.slices, 1u) << "class " << c;
+    }
+    size_t slab = size_t{info.slices} * kSliceSize;
+    EXPECT_LE(size_t{info.capacity} * info.size, slab);
+    // The tail no block fits in is smaller than a block, and at most an
+    // eighth of the slab.
+    EXPECT_LT(slab - size_t{info.capacity} * info.size, size_t{info.size});
+    EXPECT_LE((slab - size_t{info.capacity} * info.size) * 8, slab) << "class " << c;
+    if (info.slices > 1) {
+      size_t shorter = slab - kSliceSize;
+      size_t fits = shorter / info.size;
+      EXPECT_TRUE(fits < 4 || (shorter - fits * info.size) * 8 > shorter) << "class " << c << ": a shorter slab would do";
+    }
     // div_magic: offset is a multiple of the size exactly when offset*magic < magic.
     for (uint64_t off : {uint64_t{0}, uint64_t{info.size}, uint64_t{info.size} * 3, uint64_t{info.size} * info.capacity})
       EXPECT_LT(off * info.div_magic, info.div_magic) << "class " << c << " offset " << off;
