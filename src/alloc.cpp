@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "debug.h"
 #include "emergency_heap.h"
 #include "heap_profiler.h"
 #include "large.h"
@@ -65,7 +66,7 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
     if (--page->needed == 0) heap_on_needed_zero(heap, page);
     return;
   }
-  if (!secure::kEnabled) return outbox_add(heap->outbox, owner, block, page->size_class);
+  // Secure mode: another heap's block waits in this thread's quarantine.
   heap = thread_heap_acquire();
   if (heap == nullptr) {
     set_remote_next(block, nullptr);
@@ -206,6 +207,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   // Only slabs have owners; a slab without one is in the slab pool, where
   // every block is free.
   if (XALLOC_UNLIKELY(owner == nullptr)) return free_unowned(page, block, caller);
+  XALLOC_CHECK(page->kind() == PageKind::kSlab);
   if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_bytes())) ||
       XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);

@@ -24,8 +24,8 @@ namespace xalloc {
 void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
 // Every free of a block in a segment that the inline path does not finish
-// (`heap` is the calling thread's): another thread's slab block (sent to
-// its owner; in secure mode, or from a thread without a heap, through
+// (`heap` is the calling thread's): another thread's slab block (staged
+// for its owner: remote_free.h; in secure mode through
 // free_slab_block_slow), a large or huge block, or misuse (reported).
 void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
 

@@ -301,6 +301,7 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   new (heap) Heap(Heap::EmptyTag{});
   heap->outbox.stage = heap->outbox.stage_next = stage;
   heap->outbox.stage_end = stage + kStageSlots;
+  heap->outbox.budget = g_options.remote_batch_bytes;
   heap->thread_id = thread_id;
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();

@@ -38,13 +38,16 @@ Heap* dest_of(StagedBlock staged) { return reinterpret_cast<Heap*>(staged.owner_
 size_t size_of(StagedBlock staged) { return kClassSize[staged.owner_and_class & kStagedClassMask]; }
 
 // Links `count` staged blocks of one destination, of `bytes` in all, onto
-// the lists of `slot`. Lanes take every kLanes-th block, so that
-// neighbouring blocks land on different lists.
+// the lists of `slot`. The slot's blocks go to its lanes in turn, across
+// runs too (runs are short where frees for several owners interleave), so
+// that neighbouring blocks land on different lists.
 void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count, size_t bytes) {
-  for (size_t lane = 0; lane < kLanes && lane < count; ++lane) {
+  size_t first_lane = outbox.slot_blocks[slot];
+  for (size_t k = 0; k < kLanes && k < count; ++k) {
+    size_t lane = (first_lane + k) & (kLanes - 1);
     FreeBlock* head = outbox.head[slot][lane];
-    if (head == nullptr) outbox.tail[slot][lane] = run[lane].block;
-    for (size_t i = lane; i < count; i += kLanes) {
+    if (head == nullptr) outbox.tail[slot][lane] = run[k].block;
+    for (size_t i = k; i < count; i += kLanes) {
       set_remote_next(run[i].block, head);
       head = run[i].block;
     }

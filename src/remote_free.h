@@ -4,8 +4,9 @@
 // owning heap, never kept by the freeing thread. To make that cheap, the
 // freeing thread first stages such blocks in its outbox - an array, so that
 // the free itself writes nothing into the block but its free marker - and
-// sends them once the outbox holds kRemoteBatchBytes (or when the thread
-// takes a slow path, collects, or exits): it then links them into a few
+// sends them once the outbox holds XALLOC_REMOTE_BATCH bytes or kStageSlots
+// blocks (or when the thread takes a slow path, collects, or exits): it
+// then links them into a few
 // lists per destination heap and hands each list over with one atomic
 // operation.
 //
@@ -77,8 +78,8 @@ struct Outbox {
   StagedBlock* stage = nullptr;
   StagedBlock* stage_next = nullptr;
   StagedBlock* stage_end = nullptr;
-  // Bytes that may still be staged before a send (XALLOC_REMOTE_BATCH
-  // after each send; a new heap's first remote free sends at once).
+  // Bytes that may still be staged before a send: XALLOC_REMOTE_BATCH
+  // after heap_init and after each send.
   size_t budget = 0;
   size_t blocks = 0;  // ever sent (statistics)
   // While sending: the lists of a slot, one per lane, run head to tail.
