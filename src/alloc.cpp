@@ -68,11 +68,7 @@ XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
   }
   // Secure mode: another heap's block waits in this thread's quarantine.
   heap = thread_heap_acquire();
-  if (heap == nullptr) {
-    set_remote_next(block, nullptr);
-    inbox_push(owner, 0, block, block, page->block_size());  // this thread is exiting: no buffering
-    return;
-  }
+  if (heap == nullptr) return send_one(owner, block, page->block_size());  // this thread is exiting
   quarantine_free(heap, page, block);
 }
 

@@ -62,8 +62,7 @@ void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count,
 void send_without_heap(Heap* dest, FreeBlock* block, unsigned cls) {
   Heap* heap = thread_heap_acquire();
   if (heap != nullptr) return outbox_add(heap->outbox, dest, block, cls);
-  set_remote_next(block, nullptr);
-  inbox_push(dest, 0, block, block, kClassInfo[cls].size);
+  send_one(dest, block, kClassSize[cls]);
 }
 
 // Points every small size of `dest` at the empty slab: its next small
@@ -88,6 +87,11 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   if (bytes == 0) return;
   size_t pending = dest->inbox_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
+}
+
+void send_one(Heap* dest, FreeBlock* block, size_t bytes) {
+  set_remote_next(block, nullptr);
+  inbox_push(dest, 0, block, block, bytes);
 }
 
 void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls) {

@@ -94,6 +94,10 @@ struct Outbox {
 // counts towards the owner's pending total.
 void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_t bytes);
 
+// Sends `block` alone to `dest` at once: for a thread that is exiting and
+// has no outbox any more.
+void send_one(Heap* dest, FreeBlock* block, size_t bytes);
+
 // Pending inbox bytes past which a sender asks the owner to drain.
 constexpr size_t kDrainRequestBytes = 256 * 1024;
 
