@@ -169,6 +169,7 @@ constexpr uint32_t kSpareLifetime = 64;
 Page* spare_take(Heap* heap, unsigned cls) {
   Page* page = heap->spare[cls];
   heap->spare[cls] = page->next;
+  if (page->next == nullptr) heap->spare_classes &= ~(uint64_t{1} << cls);
   page->next = nullptr;
   heap->spare_count--;
   return page;
@@ -188,6 +189,7 @@ void slab_empty(Heap* heap, Page* page) {
     page->set_state(SlabState::kDetached);
     page->next = heap->spare[cls];
     heap->spare[cls] = page;
+    heap->spare_classes |= uint64_t{1} << cls;
     heap->spare_since[cls] = heap->slow_calls;
     heap->spare_count++;
     return;
@@ -196,9 +198,9 @@ void slab_empty(Heap* heap, Page* page) {
 }
 
 void spares_expire(Heap* heap) {
-  for (unsigned cls = 0; cls < kNumClasses && heap->spare_count != 0; ++cls) {
-    if (heap->spare[cls] != nullptr && heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime)
-      spares_release(heap, cls);
+  for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1) {
+    auto cls = static_cast<unsigned>(__builtin_ctzll(classes));
+    if (heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime) spares_release(heap, cls);
   }
 }
 
@@ -254,7 +256,7 @@ void heap_periodic(Heap* heap) {
   // Not for the heap of exiting threads (late_alloc), which runs under the
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
-  if (heap->spare_count != 0) spares_expire(heap);
+  if (heap->spare_classes != 0) spares_expire(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
@@ -603,9 +605,8 @@ void heap_collect(Heap* heap) {
 }
 
 void heap_release_spares(Heap* heap) {
-  for (unsigned cls = 0; cls < kNumClasses && heap->spare_count != 0; ++cls) {
-    spares_release(heap, cls);
-  }
+  for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1)
+    spares_release(heap, static_cast<unsigned>(__builtin_ctzll(classes)));
   sample_spans_release(heap);
 }
 

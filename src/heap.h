@@ -37,6 +37,8 @@ enum class HeapState : uint32_t {
   kDead = 2,     // its thread does not exist (fork child): never reused
 };
 
+static_assert(kNumClasses <= 64, "Heap::spare_classes has a bit per class");
+
 struct alignas(64) Heap {
   struct EmptyTag {};
   // A heap with no slabs: every slot points at g_empty_page.
@@ -62,6 +64,7 @@ struct alignas(64) Heap {
   Page* spare[kNumClasses];
   uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
   uint32_t spare_count;
+  uint64_t spare_classes;  // bit c: spare[c] != nullptr
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -111,7 +114,7 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), requests{}, sample_countdown(0),
+    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{}, sample_countdown(0),
       window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(0),
@@ -150,9 +153,10 @@ void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
 
 // True when other threads have sent blocks that are not drained yet.
 inline bool inbox_pending(const Heap* heap) {
+  uintptr_t any = 0;  // the lanes ORed together: no branch per lane
   for (const std::atomic<FreeBlock*>& lane : heap->inbox)
-    if (lane.load(std::memory_order_relaxed) != nullptr) return true;
-  return false;
+    any |= reinterpret_cast<uintptr_t>(lane.load(std::memory_order_relaxed));
+  return any != 0;
 }
 
 // Returns inbox blocks to their slabs.
