@@ -198,6 +198,8 @@ void slab_empty(Heap* heap, Page* page) {
 }
 
 void spares_expire(Heap* heap) {
+  XALLOC_DEBUG_ONLY(for (unsigned cls = 0; cls < kNumClasses; ++cls) XALLOC_CHECK(
+                        (heap->spare[cls] != nullptr) == ((heap->spare_classes >> cls & 1) != 0)));
   for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1) {
     auto cls = static_cast<unsigned>(__builtin_ctzll(classes));
     if (heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime) spares_release(heap, cls);
