@@ -17,7 +17,8 @@
 // release and split cost a store per slice of the surrounding free space,
 // hundreds for one 64 KiB slab. Its other slices keep older entries, and
 // every entry inside a free span [f, g), at slice i, points to a descriptor
-// pages[x] with f <= x <= i whose kind is kFree. It holds because entries
+// pages[x] with f <= x <= i whose kind is kFree. It holds because a new
+// segment maps each slice to its own descriptor (zero, so free); entries
 // only ever point at or before their slice; a descriptor absorbed into a
 // free span is marked free; a span in use is mapped in full; the last
 // slice's entry, the only one written to point back to its head from
@@ -92,8 +93,8 @@ class SpanAllocator {
   Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
   Page* take_fitting(size_t slices);
   // Which entries of a new free span's slices to set (the slice map above):
-  // all, its ends, or its ends and the entries that point before it.
-  enum class Map { kAll, kEnds, kRest };
+  // its ends, or its ends and the entries that point before it.
+  enum class Map { kEnds, kRest };
   void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map);
   void remove_free(Page* span);
   void release_locked(Page* span, uint64_t idle_ms = 0);

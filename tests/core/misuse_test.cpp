@@ -81,6 +81,35 @@ TEST(Misuse, StaleValuesInALiveBlockAreNotTakenForAFreeMarker) {
   xalloc_free(keep);
 }
 
+// A slice that no span has used since its segment was mapped maps to its
+// own descriptor, still all zero (span_allocator.h): a pointer into it is
+// free memory to free(), realloc(), malloc_usable_size() and xalloc_owns().
+TEST(Misuse, PointerIntoANeverUsedSliceIsReported) {
+  void* p = xalloc_malloc(48);
+  ASSERT_NE(p, nullptr);
+  xalloc::Segment* segment = xalloc::segment_of(reinterpret_cast<uintptr_t>(p));
+  size_t unused = 0;
+  for (size_t i = xalloc::kSlicesPerSegment - 2; i > 1 && unused == 0; --i) {
+    if (segment->page_of_slice[i] == &segment->pages[i] && segment->pages[i].slice_count == 0) unused = i;
+  }
+  if (unused == 0) GTEST_SKIP() << "every slice of the segment has been used";
+  void* inside = reinterpret_cast<void*>(segment->slice_address(unused) + 4096 + 48);
+  EXPECT_EQ(xalloc_usable_size(inside), 0u);
+  EXPECT_FALSE(xalloc_owns(inside));
+  auto freed = run_in_child([inside] {
+    xalloc_free(inside);
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(freed, "xalloc: invalid free (pointer into free memory) of " + hex_ptr(inside) +
+                                           " in free()"));
+  auto reallocated = run_in_child([inside] {
+    return xalloc_realloc(inside, 100) == nullptr ? 3 : 4;
+  });
+  EXPECT_TRUE(aborted_with_line(reallocated, "xalloc: invalid realloc (pointer into free memory) of " +
+                                                 hex_ptr(inside) + " in realloc()"));
+  xalloc_free(p);
+}
+
 // A double free of a block whose slab was emptied, given back (purged) and
 // made again for the same class before carving reached the block: nothing
 // in the block says "free" any more, but no block was handed out there.
