@@ -122,6 +122,23 @@ Segment* cache_take(size_t mapping) {
   return best;
 }
 
+// Secure mode: a cached huge block's pages are inaccessible, so a use
+// after free faults as it would on an unmapped block; the header slice,
+// which the cache's links live in, stays readable. A block taken from the
+// cache gets back exactly the bytes it may use: the guard page after it,
+// and whatever its offset leaves in front, stay inaccessible.
+bool cache_seal(Segment* segment) {
+  if (!secure::kEnabled) return true;
+  return os::protect_none(reinterpret_cast<void*>(segment->base() + kHugeHeader),
+                          segment->mapping_size - kHugeHeader - secure::kGuardBytes);
+}
+
+bool cache_unseal(Segment* segment, size_t offset) {
+  if (!secure::kEnabled) return true;
+  return os::protect_read_write(reinterpret_cast<void*>(segment->base() + offset),
+                                segment->mapping_size - offset - secure::kGuardBytes);
+}
+
 void huge_unmap(Segment* segment) {
   if (!segment->huge_purged) stats::sub(stats::g_global.committed, segment->mapping_size);
   segment_destroy(segment);
@@ -207,7 +224,11 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
   size_t mapping = round_up(offset + size, kOsPageSize) + secure::kGuardBytes;
-  Segment* segment = secure::kEnabled ? nullptr : cache_take(mapping);
+  Segment* segment = cache_take(mapping);
+  if (segment != nullptr && !cache_unseal(segment, offset)) {
+    huge_unmap(segment);  // the kernel refused (too many mappings): map afresh
+    segment = nullptr;
+  }
   bool fresh = segment == nullptr;
   if (fresh) {
     void* memory = os::map_aligned(mapping, kSegmentSize);
@@ -240,9 +261,10 @@ void huge_free(Segment* segment) {
   if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(reinterpret_cast<void*>(segment->pages[0].start));
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   Segment* evict = nullptr;
+  bool cacheable = segment->mapping_size <= g_options.huge_cache_bytes && cache_seal(segment);
   {
     LockGuard guard(g_huge_lock);
-    if (!secure::kEnabled && segment->mapping_size <= g_options.huge_cache_bytes) {
+    if (cacheable) {
       segment->freed_at = os::monotonic_ms();
       segment->pages[0].set_kind(PageKind::kFree);  // a second free is reported
       uint64_t freed_now = segment->freed_at;

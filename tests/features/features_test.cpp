@@ -249,6 +249,22 @@ TEST(Secure, LargeBlockIsFollowedByAGuardPage) {
   EXPECT_TRUE(plain.exited_ok()) << plain.describe();
 }
 
+// Freed huge blocks are cached for reuse, inaccessible while cached: a
+// block taken from the cache is writable to its usable size and followed
+// by a guard page, and a write into a cached block faults.
+TEST(Secure, CachedHugeBlockIsGuardedAndSealed) {
+  Outcome reused = secure_probe("huge-reuse");
+  EXPECT_NE(reused.out.find("cached mapping"), std::string::npos) << reused.describe();
+  EXPECT_EQ(reused.signal(), SIGSEGV) << reused.describe();
+  EXPECT_EQ(reused.out.find("survived"), std::string::npos) << reused.describe();
+  Outcome after_free = secure_probe("huge-after-free");
+  EXPECT_EQ(after_free.signal(), SIGSEGV) << after_free.describe();
+  EXPECT_EQ(after_free.out.find("survived"), std::string::npos) << after_free.describe();
+  // The default build caches the block too, and keeps it accessible.
+  Outcome plain = secure_probe("huge-after-free", XTEST_LIBXALLOC);
+  EXPECT_TRUE(plain.exited_ok()) << plain.describe();
+}
+
 TEST(Secure, CarveOrderIsRandomised) {
   Outcome r = secure_probe("order");
   ASSERT_TRUE(r.exited_ok()) << r.describe();

@@ -7,6 +7,9 @@
  *   secure_probe usable       fills the whole usable size of many blocks, frees: must pass
  *   secure_probe double-free  frees a block twice: must abort
  *   secure_probe guard        writes one byte just past a large block's pages: must fault
+ *   secure_probe huge-reuse   frees a 24 MiB block, takes a 22 MiB one (the cached
+ *                             mapping), fills its usable size, writes just past it: must fault
+ *   secure_probe huge-after-free  frees a 24 MiB block, writes into it: must fault
  *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
  *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
  *   secure_probe delay        frees a block, then mallocs and frees 64-byte blocks until
@@ -85,6 +88,33 @@ static int guard(void) {
   return 0;
 }
 
+enum { kHugeMiB = 1 << 20 };
+
+static int huge_reuse(void) {
+  char* first = launder(malloc(24 * kHugeMiB));
+  memset(first, 'a', malloc_usable_size(first));
+  free(first);
+  char* p = launder(malloc(22 * kHugeMiB));
+  size_t usable = malloc_usable_size(p);
+  printf("%s mapping, usable %zu\n", p == first ? "cached" : "new", usable);
+  fflush(stdout);
+  memset(p, 'b', usable); /* all of the block is writable */
+  p[usable] = 'X';        /* the guard page */
+  printf("survived\n");
+  return 0;
+}
+
+static int huge_after_free(void) {
+  char* p = launder(malloc(24 * kHugeMiB));
+  memset(p, 'a', malloc_usable_size(p));
+  uintptr_t address = (uintptr_t)p;
+  free(p);
+  say_block(address);
+  ((char*)launder((void*)address))[12 * kHugeMiB] = 'X'; /* the use after free */
+  printf("survived\n");
+  return 0;
+}
+
 static int order(void) {
   enum { kBlocks = 200 };
   void* blocks[kBlocks];
@@ -134,9 +164,11 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "usable") == 0) return usable_is_usable();
   if (strcmp(mode, "double-free") == 0) return double_free();
   if (strcmp(mode, "guard") == 0) return guard();
+  if (strcmp(mode, "huge-reuse") == 0) return huge_reuse();
+  if (strcmp(mode, "huge-after-free") == 0) return huge_after_free();
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|huge-reuse|huge-after-free|order|reuse|delay\n", argv[0]);
   return 2;
 }
