@@ -307,6 +307,10 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   heap->outbox.stage_end = stage + kStageSlots;
   heap->outbox.budget = g_options.remote_batch_bytes;
   heap->thread_id = thread_id;
+#if XALLOC_SECURE
+  heap->quarantine_next = heap->quarantine;
+  heap->quarantine_end = heap->quarantine + std::min<size_t>(g_options.quarantine, secure::kQuarantineSlots);
+#endif
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
 }
@@ -464,46 +468,41 @@ void heap_drain_inbox(Heap* heap) {
   outbox_add(heap->outbox, page->owner, block, page->size_class);
 }
 
-// Frees a block for real: pushes it on its slab if this heap owns it, or
-// sends it to its owner.
-[[maybe_unused]] static void release_quarantined(Heap* heap, FreeBlock* block) {
-  auto address = reinterpret_cast<uintptr_t>(block);
-  Page* page = page_of(segment_of(address), address);
+// Frees a block of `page` for real: pushes it on its slab if this heap owns
+// it, or sends it to its owner.
+[[maybe_unused]] static void release_quarantined(Heap* heap, Page* page, FreeBlock* block) {
   if (XALLOC_UNLIKELY(page->owner != heap)) return send_quarantined(heap, page, block);
   slab_push(page, block);
   if (--page->needed == 0) heap_on_needed_zero(heap, page);
 }
 
-void quarantine_free(Heap* heap, Page* /*page*/, FreeBlock* block) {
+void quarantine_free(Heap* heap, Page* page, FreeBlock* block) {
 #if XALLOC_SECURE
-  size_t slots = std::min<size_t>(g_options.quarantine, secure::kQuarantineSlots);
-  if (slots == 0) return release_quarantined(heap, block);
-  // The oldest block in the ring makes room: it has waited the longest.
-  size_t slot = heap->quarantine_next;
-  size_t next_slot = slot + 1 < slots ? slot + 1 : 0;
-  heap->quarantine_next = next_slot;
-  FreeBlock* evicted = heap->quarantine[slot];
-  heap->quarantine[slot] = block;
-  // The next free evicts a block freed 256 frees ago, long out of the
-  // cache: start fetching it, and its slab's entry in the slice map, now.
-  if (FreeBlock* next = heap->quarantine[next_slot]; next != nullptr) {
-    auto address = reinterpret_cast<uintptr_t>(next);
-    __builtin_prefetch(next, 1);
-    __builtin_prefetch(page_slot_of(segment_of(address), address));
-  }
-  if (evicted != nullptr) release_quarantined(heap, evicted);
+  Heap::QuarantineSlot* slot = heap->quarantine_next;
+  if (slot == heap->quarantine_end) return release_quarantined(heap, page, block);  // no quarantine
+  // The block in the slot has waited the longest: it makes room.
+  Heap::QuarantineSlot evicted = *slot;
+  *slot = {block, page};
+  if (++slot == heap->quarantine_end) slot = heap->quarantine;
+  heap->quarantine_next = slot;
+  // The next free evicts a block freed long ago, out of the cache by now:
+  // start fetching it (a prefetch of null does nothing).
+  __builtin_prefetch(slot->block, 1);
+  if (evicted.block != nullptr) release_quarantined(heap, evicted.page, evicted.block);
 #else
   (void)heap;
+  (void)page;
   (void)block;
 #endif
 }
 
 void quarantine_flush(Heap* heap) {
 #if XALLOC_SECURE
-  for (FreeBlock*& slot : heap->quarantine) {
-    if (slot != nullptr) release_quarantined(heap, slot);
-    slot = nullptr;
+  for (Heap::QuarantineSlot* slot = heap->quarantine; slot != heap->quarantine_end; ++slot) {
+    if (slot->block != nullptr) release_quarantined(heap, slot->page, slot->block);
+    *slot = {nullptr, nullptr};
   }
+  heap->quarantine_next = heap->quarantine;
 #else
   (void)heap;
 #endif

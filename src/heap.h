@@ -86,8 +86,18 @@ struct alignas(64) Heap {
 
   Outbox outbox;
 #if XALLOC_SECURE
-  FreeBlock* quarantine[secure::kQuarantineSlots];  // freed blocks waiting to be reused
-  size_t quarantine_next;
+  // Freed blocks waiting to be reused, with their slabs (which cannot
+  // change: the slab counts a quarantined block as in use), in a ring of
+  // XALLOC_QUARANTINE slots [quarantine, quarantine_end). The next free
+  // takes quarantine_next and evicts the block there, freed that many
+  // frees ago. With no slots, quarantine_next == quarantine_end.
+  struct QuarantineSlot {
+    FreeBlock* block;
+    Page* page;
+  };
+  QuarantineSlot quarantine[secure::kQuarantineSlots];
+  QuarantineSlot* quarantine_next;
+  QuarantineSlot* quarantine_end;
 #endif
   uint64_t thread_id;
   uint32_t slow_calls;
@@ -117,7 +127,7 @@ constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
       sample_countdown(0), window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
-      quarantine{}, quarantine_next(0),
+      quarantine{}, quarantine_next(nullptr), quarantine_end(nullptr),
 #endif
       thread_id(0), slow_calls(0), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),

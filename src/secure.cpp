@@ -20,9 +20,11 @@ __thread uint64_t t_random_state = 0;
 }
 
 void init_secret() {
-  g_secret = os::random_u64() | 1;
-  g_link_secret = os::random_u64();
-  g_marker_secret = os::random_u64() | 1;  // never 0: a block's marker is not its address
+  uint64_t random[3];
+  os::random_fill(random, 3);
+  g_secret = random[0] | 1;
+  g_link_secret = random[1];
+  g_marker_secret = random[2] | 1;  // never 0: a block's marker is not its address
 }
 
 uint64_t next_random() {

@@ -24,8 +24,9 @@ inline constexpr bool kEnabled = XALLOC_SECURE != 0;
 // Random, set once at start-up. Separate keys, so that a value a program
 // may read in freed memory (an encoded link, a free marker) reveals nothing
 // about the canaries, whose key is g_secret.
-extern uintptr_t g_secret;         // canaries, thread random seeds
-extern uintptr_t g_link_secret;    // free-list and remote-list links
+// (Hidden: read in one instruction, not through the address of the symbol.)
+extern uintptr_t g_secret __attribute__((visibility("hidden")));         // canaries, thread random seeds
+extern uintptr_t g_link_secret __attribute__((visibility("hidden")));    // free-list and remote-list links
 extern uintptr_t g_marker_secret __attribute__((visibility("hidden")));  // free markers (every build)
 void init_secret();
 

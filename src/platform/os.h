@@ -42,8 +42,9 @@ uint64_t process_id();
 uint64_t monotonic_ms();
 uint64_t monotonic_ns();
 
-// 64 bits of entropy from the kernel (getrandom, falling back to AT_RANDOM).
-uint64_t random_u64();
+// `count` random 64-bit values from the kernel in one system call
+// (getrandom, falling back to AT_RANDOM mixed with the clock).
+void random_fill(uint64_t* values, size_t count);
 
 // Looks an environment variable up without allocating; nullptr if unset.
 const char* get_env(const char* name);

@@ -138,16 +138,17 @@ uint64_t monotonic_ms() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000ull + static_cast<uint64_t>(ts.tv_nsec) / 1000000ull;
 }
 
-uint64_t random_u64() {
-  uint64_t value = 0;
-  long got = raw_syscall(SYS_getrandom, reinterpret_cast<long>(&value), sizeof(value), 1 /* GRND_NONBLOCK */);
-  if (got != static_cast<long>(sizeof(value))) {
-    // The kernel places 16 random bytes in every process's auxiliary vector.
-    auto* at_random = reinterpret_cast<const unsigned char*>(getauxval(AT_RANDOM));
-    if (at_random != nullptr) memcpy(&value, at_random + 8, sizeof(value));
-    value ^= monotonic_ns() * 0x9E3779B97F4A7C15ull;
+void random_fill(uint64_t* values, size_t count) {
+  long bytes = static_cast<long>(count * sizeof(uint64_t));
+  if (raw_syscall(SYS_getrandom, reinterpret_cast<long>(values), bytes, 1 /* GRND_NONBLOCK */) == bytes) return;
+  // The kernel places 16 random bytes in every process's auxiliary vector.
+  uint64_t seed = 0;
+  auto* at_random = reinterpret_cast<const unsigned char*>(getauxval(AT_RANDOM));
+  if (at_random != nullptr) memcpy(&seed, at_random + 8, sizeof(seed));
+  for (size_t i = 0; i < count; ++i) {
+    seed += monotonic_ns() * 0x9E3779B97F4A7C15ull;
+    values[i] = seed ^ (seed >> 29);
   }
-  return value;
 }
 
 const char* get_env(const char* name) {
