@@ -33,16 +33,18 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
 // (heap.cpp) before it is really freed.
 void quarantine_free(Heap* heap, Page* page, FreeBlock* block);
 
+// (In secure mode every block ends in a canary: the request grows by its
+// size, checked for overflow only on the way out of line.)
 XALLOC_INLINE void* alloc(size_t size) {
-  if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   Heap* heap = t_heap;
-  if (XALLOC_LIKELY(size <= kMaxSmallSize)) {
-    size_t granule = granule_of(size);
+  if (XALLOC_LIKELY(size <= kMaxSmallSize - secure::kCanaryBytes)) {
+    size_t granule = granule_of(size + secure::kCanaryBytes);
     Page* page = __atomic_load_n(&heap->direct[granule], __ATOMIC_RELAXED);
     FreeBlock* block = page->free;
     if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
     return heap_alloc_slow(heap, kGranuleClass[granule], true);
   }
+  if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   return alloc_generic(heap, size);
 }
 
