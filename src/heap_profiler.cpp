@@ -29,21 +29,17 @@ namespace {
 constexpr int kMaxFrames = 32;
 constexpr size_t kMaxStacks = size_t{1} << 14;
 constexpr size_t kStackIndexSlots = kMaxStacks * 2;
-constexpr size_t kSampleSlots = size_t{1} << 16;
-constexpr uintptr_t kTombstone = 1;
+// A sampled block whose stack found no room in the table.
+constexpr uint64_t kNoStack = UINT64_MAX;
 
 struct Stack {
   uint64_t hash;
   uint32_t depth;
   void* frames[kMaxFrames];
-  uint64_t alloc_count, alloc_bytes;  // sampled, ever
-  uint64_t live_count, live_bytes;    // sampled, still live
-};
-
-struct alignas(32) Sample {  // a power of two: no slot straddles two pages
-  uintptr_t block;  // 0: empty slot; kTombstone: freed
-  uint64_t size;
-  uint32_t stack;
+  uint64_t alloc_count, alloc_bytes;  // sampled, ever (under g_lock)
+  // Sampled, still live: a free subtracts without the lock, with relaxed
+  // atomics; a dump may see a count and its bytes one free apart.
+  uint64_t live_count, live_bytes;
 };
 
 // Which pages of a hash table have been written. The tables are probed at
@@ -69,8 +65,6 @@ Stack* g_stacks = nullptr;
 size_t g_stack_count = 0;
 uint32_t* g_stack_index = nullptr;  // hash slot -> stack index + 1
 WrittenPages<uint32_t, kStackIndexSlots> g_stack_index_pages;
-Sample* g_samples = nullptr;
-WrittenPages<Sample, kSampleSlots> g_sample_pages;
 size_t g_dropped = 0;
 std::atomic<int> g_dump_requested{0};
 __thread bool t_in_sampler = false;
@@ -150,39 +144,31 @@ uint32_t intern_stack(void* const* frames, int depth) {
   return UINT32_MAX;
 }
 
-size_t sample_slot(uintptr_t block) { return secure::mix(block) & (kSampleSlots - 1); }
+uint64_t load_relaxed(const uint64_t& counter) { return __atomic_load_n(&counter, __ATOMIC_RELAXED); }
 
-// Stores `sample` in the first free slot of its probe sequence; false if
-// the table is full.
-bool insert_sample_locked(const Sample& sample) {
-  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
-    size_t index = (sample_slot(sample.block) + probe) & (kSampleSlots - 1);
-    Sample& slot = g_samples[index];
-    if (!g_sample_pages.written(index) || slot.block == 0 || slot.block == kTombstone) {
-      g_sample_pages.mark(index);
-      slot = sample;
-      return true;
-    }
-  }
-  return false;
+// The estimated live bytes of a stack (pprof's scaling of its samples).
+double live_estimate(const Stack& s) {
+  uint64_t count = load_relaxed(s.live_count), bytes = load_relaxed(s.live_bytes);
+  return static_cast<double>(bytes) * scale_factor(count, bytes);
 }
 
-void record(void* block, size_t size, void* const* frames, int depth) {
+// The sample's record is its block's descriptor (page.h): its stack and
+// size, so that a free finds them without a lookup or a lock.
+void record(Page* page, size_t size, void* const* frames, int depth) {
+  page->sample_bytes = size;
+  page->sample_stack = kNoStack;
   LockGuard guard(g_lock);
   uint32_t stack = intern_stack(frames, depth);
   if (stack == UINT32_MAX) {
     ++g_dropped;
     return;
   }
-  if (!insert_sample_locked(Sample{reinterpret_cast<uintptr_t>(block), size, stack})) {
-    ++g_dropped;
-    return;
-  }
+  page->sample_stack = stack;
   Stack& st = g_stacks[stack];
   st.alloc_count++;
   st.alloc_bytes += size;
-  st.live_count++;
-  st.live_bytes += size;
+  __atomic_fetch_add(&st.live_count, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&st.live_bytes, size, __ATOMIC_RELAXED);
 }
 
 void on_dump_signal(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
@@ -257,8 +243,8 @@ void write_pprof(const char* path) {
   if (!out.ok()) return;
   uint64_t live_count = 0, live_bytes = 0, alloc_count = 0, alloc_bytes = 0;
   for (size_t i = 0; i < g_stack_count; ++i) {
-    live_count += g_stacks[i].live_count;
-    live_bytes += g_stacks[i].live_bytes;
+    live_count += load_relaxed(g_stacks[i].live_count);
+    live_bytes += load_relaxed(g_stacks[i].live_bytes);
     alloc_count += g_stacks[i].alloc_count;
     alloc_bytes += g_stacks[i].alloc_bytes;
   }
@@ -266,7 +252,8 @@ void write_pprof(const char* path) {
             g_options.prof_rate);
   for (size_t i = 0; i < g_stack_count; ++i) {
     const Stack& s = g_stacks[i];
-    out.print("%u: %u [%u: %u] @", s.live_count, s.live_bytes, s.alloc_count, s.alloc_bytes);
+    out.print("%u: %u [%u: %u] @", load_relaxed(s.live_count), load_relaxed(s.live_bytes), s.alloc_count,
+              s.alloc_bytes);
     for (int f = first_user_frame(s); f < static_cast<int>(s.depth); ++f) out.print(" %p", s.frames[f]);
     out.put("\n", 1);
   }
@@ -287,7 +274,7 @@ void write_collapsed(const char* path) {
   char name[512];
   for (size_t i = 0; i < g_stack_count; ++i) {
     const Stack& s = g_stacks[i];
-    if (s.live_count == 0) continue;
+    if (load_relaxed(s.live_count) == 0) continue;
     int first = first_user_frame(s);
     // Flame graphs list the outermost frame first.
     for (int f = static_cast<int>(s.depth) - 1; f >= first; --f) {
@@ -295,8 +282,7 @@ void write_collapsed(const char* path) {
       out.put(name, strlen(name));
       if (f != first) out.put(";", 1);
     }
-    auto estimate = static_cast<uint64_t>(static_cast<double>(s.live_bytes) * scale_factor(s.live_count, s.live_bytes));
-    out.print(" %u\n", estimate);
+    out.print(" %u\n", static_cast<uint64_t>(live_estimate(s)));
   }
 }
 
@@ -308,8 +294,8 @@ void print_leaks() {
   // Top sites by estimated live bytes (selection: few sites are shown).
   for (size_t i = 0; i < g_stack_count; ++i) {
     const Stack& s = g_stacks[i];
-    if (s.live_count == 0) continue;
-    double bytes = static_cast<double>(s.live_bytes) * scale_factor(s.live_count, s.live_bytes);
+    if (load_relaxed(s.live_count) == 0) continue;
+    double bytes = live_estimate(s);
     int pos = shown < kTop ? shown++ : kTop - 1;
     if (pos == kTop - 1 && shown == kTop && estimate[pos] >= bytes) continue;
     while (pos > 0 && estimate[pos - 1] < bytes) {
@@ -330,7 +316,7 @@ void print_leaks() {
   for (int k = 0; k < shown; ++k) {
     const Stack& s = g_stacks[order[k]];
     report::message("leaks: %u bytes (%u sampled blocks) allocated at:", static_cast<uint64_t>(estimate[k]),
-                    s.live_count);
+                    load_relaxed(s.live_count));
     int first = first_user_frame(s);
     for (int f = first; f < static_cast<int>(s.depth) && f < first + 8; ++f)
       report::detail("    #%u %s", static_cast<unsigned>(f - first), symbolize(s.frames[f], name, sizeof(name)));
@@ -352,8 +338,7 @@ void start() {
   t_in_sampler = true;  // what loading the unwinder allocates is not sampled
   g_stacks = static_cast<Stack*>(os::map(kMaxStacks * sizeof(Stack)));
   g_stack_index = static_cast<uint32_t*>(os::map(kStackIndexSlots * sizeof(uint32_t)));
-  g_samples = static_cast<Sample*>(os::map(kSampleSlots * sizeof(Sample)));
-  if (g_stacks == nullptr || g_stack_index == nullptr || g_samples == nullptr || !stack_trace_load()) {
+  if (g_stacks == nullptr || g_stack_index == nullptr || !stack_trace_load()) {
     report::warning("heap profiler disabled: %s",
                     stack_trace_load() ? "no memory for its tables" : "libunwind.so.8 is not installed");
     t_in_sampler = false;
@@ -387,8 +372,9 @@ void* sample(Heap* heap, size_t size, size_t alignment) {
   // a segment would be purged at once when freed).
   void* block = size <= kMaxLargeSize ? large_alloc_sampled(heap, size, alignment) : huge_alloc(size, alignment, false);
   if (block != nullptr) {
-    lookup_page(reinterpret_cast<uintptr_t>(block))->sampled = 1;
-    record(block, size, frames, depth);
+    Page* page = lookup_page(reinterpret_cast<uintptr_t>(block));
+    page->sampled = 1;
+    record(page, size, frames, depth);
   }
   t_in_sampler = false;
   return block;
@@ -398,43 +384,17 @@ void* sample(Heap* heap, size_t size, size_t alignment) {
 // gets its heap while the profiler is still starting.
 int64_t sample_interval() { return g_options.prof || g_options.leaks ? next_interval() : INT64_MAX; }
 
-// The slot of a live sample of `address`, or null.
-Sample* find_sample_locked(uintptr_t address) {
-  for (size_t probe = 0; probe < kSampleSlots; ++probe) {
-    size_t index = (sample_slot(address) + probe) & (kSampleSlots - 1);
-    if (!g_sample_pages.written(index)) return nullptr;
-    Sample& s = g_samples[index];
-    if (s.block == 0) return nullptr;
-    if (s.block == address) return &s;
-  }
-  return nullptr;
+void forget(const Page* page) {
+  if (page->sample_stack == kNoStack) return;
+  Stack& st = g_stacks[page->sample_stack];
+  __atomic_fetch_sub(&st.live_count, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_sub(&st.live_bytes, page->sample_bytes, __ATOMIC_RELAXED);
 }
 
-void forget(void* block) {
-  LockGuard guard(g_lock);
-  Sample* s = find_sample_locked(reinterpret_cast<uintptr_t>(block));
-  if (s == nullptr) return;
-  Stack& st = g_stacks[s->stack];
-  st.live_count--;
-  st.live_bytes -= s->size;
-  s->block = kTombstone;
-}
-
-void moved(void* old_block, void* new_block, size_t size) {
-  LockGuard guard(g_lock);
-  Sample* s = find_sample_locked(reinterpret_cast<uintptr_t>(old_block));
-  if (s == nullptr) return;
-  Stack& st = g_stacks[s->stack];
-  st.live_bytes += size - s->size;
-  s->size = size;
-  if (new_block == old_block) return;
-  Sample copy = *s;
-  s->block = kTombstone;
-  copy.block = reinterpret_cast<uintptr_t>(new_block);
-  if (insert_sample_locked(copy)) return;
-  st.live_count--;  // no room (never with fewer live samples than slots)
-  st.live_bytes -= size;
-  ++g_dropped;
+void resized(Page* page, size_t size) {
+  if (page->sample_stack != kNoStack)
+    __atomic_fetch_add(&g_stacks[page->sample_stack].live_bytes, size - page->sample_bytes, __ATOMIC_RELAXED);
+  page->sample_bytes = size;
 }
 
 bool dump(const char* prefix) {

@@ -5,7 +5,9 @@
 // with mean XALLOC_PROF_RATE (512 KiB), so every byte has the same chance
 // of being sampled whatever the size of its block. A sampled block is
 // served as a page-granular large block marked `sampled`, so its free is
-// noticed without any lookup; its stack (libunwind) and size are recorded.
+// noticed without any lookup; its stack (libunwind) is recorded in a table
+// of stacks, and the stack's index and the size in the block's descriptor,
+// where its free finds them without a lock.
 //
 // Profiles of the live sampled memory are written at exit (and on
 // XALLOC_PROF_SIGNAL or xalloc_prof_dump()): `<prefix>.heap` in the legacy
@@ -82,12 +84,13 @@ inline void* watch(Heap* heap, unsigned cls, size_t size, size_t alignment) {
 // sampled): for a new heap, and for a window's class after each sample.
 int64_t sample_interval();
 
-// A sampled block is being freed.
-void forget(void* block);
+// The sampled block of `page` (a large span or a huge block's first
+// descriptor, where its sample is recorded) is being freed.
+void forget(const Page* page);
 
-// A sampled block was resized in place or moved by realloc: it stays
-// sampled, now `size` bytes at `new_block`.
-void moved(void* old_block, void* new_block, size_t size);
+// The sampled block of `page` was resized by realloc, in place or moved
+// with its descriptor's sample fields: it stays sampled, now `size` bytes.
+void resized(Page* page, size_t size);
 
 // Writes the profiles now (prefix null: the configured one).
 bool dump(const char* prefix);

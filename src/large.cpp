@@ -186,7 +186,7 @@ void sample_spans_release(Heap* heap) {
 
 void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) {
-    prof::forget(reinterpret_cast<void*>(page->start));
+    prof::forget(page);
     if (keep_sample_span(page)) return;
   }
   if (secure::kEnabled)
@@ -207,7 +207,7 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
       stats::add(stats::g_global.large_in_use, usable);
       stats::sub(stats::g_global.large_in_use, old_usable);
       page->large_usable = usable;
-      if (XALLOC_UNLIKELY(page->sampled)) prof::moved(ptr, ptr, size);
+      if (XALLOC_UNLIKELY(page->sampled)) prof::resized(page, size);
       return ptr;
     }
   }
@@ -258,7 +258,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
 }
 
 void huge_free(Segment* segment) {
-  if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(reinterpret_cast<void*>(segment->pages[0].start));
+  if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(&segment->pages[0]);
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   Segment* evict = nullptr;
   bool cacheable = segment->mapping_size <= g_options.huge_cache_bytes && cache_seal(segment);
@@ -332,10 +332,11 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   size_t old_mapping = segment->mapping_size;
   size_t old_usable = segment->huge_usable;
   bool sampled = segment->pages[0].sampled;
+  uint64_t sample_bytes = segment->pages[0].sample_bytes, sample_stack = segment->pages[0].sample_stack;
   if (!secure::kEnabled && size > kMaxLargeSize) {
     size_t mapping = round_up(offset + size, kOsPageSize);
     if (mapping <= old_mapping && mapping * 2 > old_mapping) {  // fits, not much idle
-      if (XALLOC_UNLIKELY(sampled)) prof::moved(ptr, ptr, size);
+      if (XALLOC_UNLIKELY(sampled)) prof::resized(&segment->pages[0], size);
       return ptr;
     }
     bool resized = false;
@@ -369,8 +370,11 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
       stats::add(stats::g_global.large_in_use, moved->huge_usable);
       void* block = reinterpret_cast<void*>(moved->pages[0].start);
       if (XALLOC_UNLIKELY(sampled)) {
-        moved->pages[0].sampled = 1;
-        prof::moved(ptr, block, size);
+        Page& page = moved->pages[0];
+        page.sampled = 1;
+        page.sample_bytes = sample_bytes;
+        page.sample_stack = sample_stack;
+        prof::resized(&page, size);
       }
       return block;
     }

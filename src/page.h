@@ -78,8 +78,14 @@ struct alignas(64) Page {
   uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
   uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
   uint8_t unused_bits : 4;
-  Page* next;                // slab: heap's partial list; free: span bin list
-  Page* prev;
+  union {
+    Page* next;              // slab: heap's partial list; free: span bin list
+    uint64_t sample_bytes;   // large/huge block the profiler sampled: its requested size
+  };
+  union {
+    Page* prev;
+    uint64_t sample_stack;   // ...: its stack's index in the profiler's table
+  };
 
   PageKind kind() const { return static_cast<PageKind>(kind_bits); }
   void set_kind(PageKind k) { kind_bits = static_cast<uint16_t>(k) & 15; }
