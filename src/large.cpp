@@ -249,7 +249,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   huge_setup(segment, mapping, offset);
   if (secure::kEnabled) {
     segment->huge_usable -= secure::kGuardBytes;
-    os::protect_none(reinterpret_cast<void*>(segment->base() + mapping - secure::kGuardBytes), secure::kGuardBytes);
+    // A cached mapping kept its guard page (cache_unseal leaves it).
+    if (fresh) os::protect_none(reinterpret_cast<void*>(segment->base() + mapping - secure::kGuardBytes), secure::kGuardBytes);
   }
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
