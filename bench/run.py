@@ -29,7 +29,7 @@ timeline-<workload>.dat (one block per contender: seconds since the start,
 MiB) and the chart timeline-<workload>.png, embedded in that workload's
 section of report.md. On by default; --no-timeline turns it off.
 
---quick (default): small sizes, K=2; the whole suite takes 4-6 minutes on
+--quick (default): small sizes, K=2; the whole suite takes about 10 minutes on
 a 2-core machine.
 --full: bigger sizes (the seeds' parameters where they fit), K=5.
 --fastpath: only the callgrind fast-path instruction counts.

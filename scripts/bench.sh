@@ -10,7 +10,7 @@
 #    --build-dir), which gives build/libxalloc.so and build/bench/bin/*,
 # 3. runs bench/run.py with the remaining arguments.
 #
-# Quick mode (the default) takes 4-6 minutes on a 2-core machine; --full
+# Quick mode (the default) takes about 10 minutes on a 2-core machine; --full
 # runs bigger sizes 5 times each (an hour or more). Results, the Markdown
 # report and the charts go to bench/results/<timestamp>/ unless --out says
 # otherwise. See bench/README.md.
