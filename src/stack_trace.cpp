@@ -69,13 +69,15 @@ bool stack_trace_load() {
 
 namespace {
 
-// unw_backtrace takes a warm trace fastest (about 0.5 us), but its first call
-// in a thread builds a per-thread cache: a 256 KiB mapping it fills (about
-// 100 us), unmapped again at thread exit. Stepping frame by frame costs
-// about 1.6 us a trace and needs no per-thread set-up. So a thread steps
-// for its first traces and moves to unw_backtrace once it has taken enough
-// to pay for the cache: a program of many short threads that each allocate
-// a little then never builds one.
+// unw_backtrace takes a warm trace fastest (0.1-0.5 us), but its first call
+// in a thread builds a per-thread cache: a 256 KiB mapping it fills (100 us,
+// or 700 us where page faults are slow), unmapped again at thread exit.
+// Stepping frame by frame needs no per-thread set-up, but each step blocks
+// and unblocks signals around libunwind's cache lock (two system calls a
+// frame): 1.6 us a trace, or 10-19 us where system calls are slow. Either
+// way the cache pays for itself after some 64 traces, so a thread steps for
+// its first traces and then moves to unw_backtrace: a program of many short
+// threads that each allocate a little never builds one.
 constexpr unsigned kStepTracesPerThread = 64;
 __thread unsigned t_traces_taken;
 
