@@ -338,12 +338,15 @@ void start() {
   t_in_sampler = true;  // what loading the unwinder allocates is not sampled
   g_stacks = static_cast<Stack*>(os::map(kMaxStacks * sizeof(Stack)));
   g_stack_index = static_cast<uint32_t*>(os::map(kStackIndexSlots * sizeof(uint32_t)));
-  if (g_stacks == nullptr || g_stack_index == nullptr || !stack_trace_load()) {
-    report::warning("heap profiler disabled: %s",
-                    stack_trace_load() ? "no memory for its tables" : "libunwind.so.8 is not installed");
+  if (g_stacks == nullptr || g_stack_index == nullptr) {
+    report::warning("heap profiler disabled: no memory for its tables");
     t_in_sampler = false;
     return;
   }
+  // libunwind follows the stacks xalloc's own walker cannot (stack_trace.h):
+  // loaded now, never from inside a sampled allocation (dlopen takes the
+  // loader's lock). Without it those stacks end where the walker stopped.
+  stack_trace_load();
   if (g_options.prof_signal != 0) {
     struct sigaction action;
     memset(&action, 0, sizeof(action));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "frame_walker.h"
 #include "platform/os.h"
 #include "report.h"
 
@@ -69,6 +70,8 @@ bool stack_trace_load() {
 
 namespace {
 
+// For the stacks frame_walk cannot follow (a frame without call-frame
+// information, a signal frame), libunwind, in one of two ways.
 // unw_backtrace takes a warm trace fastest (0.1-0.5 us), but its first call
 // in a thread builds a per-thread cache: a 256 KiB mapping it fills (100 us,
 // or 700 us where page faults are slow), unmapped again at thread exit.
@@ -118,6 +121,14 @@ class WalkGuard {
   WalkGuard& operator=(const WalkGuard&) = delete;
 };
 
+// Through libunwind (loaded), for the stacks frame_walk cannot follow.
+__attribute__((noinline)) int libunwind_trace(void** frames, int want) {
+  bool stepping = t_traces_taken < kStepTracesPerThread;
+  if (stepping) ++t_traces_taken;
+  WalkGuard walking;
+  return stepping ? step_trace(frames, want) : g_unwind.backtrace(frames, want);
+}
+
 }  // namespace
 
 void stack_trace_hold_for_fork() {
@@ -128,17 +139,18 @@ void stack_trace_hold_for_fork() {
 void stack_trace_release_after_fork() { g_fork_pending.store(false, std::memory_order_release); }
 
 int stack_trace_capture(void** out, int max, int skip) {
-  if (!stack_trace_load()) return 0;
-  void* frames[128];
-  int want = max + skip + 1 < 128 ? max + skip + 1 : 128;
-  bool stepping = t_traces_taken < kStepTracesPerThread;
-  if (stepping) ++t_traces_taken;
-  int got = 0;
-  {
-    WalkGuard walking;
-    got = stepping ? step_trace(frames, want) : g_unwind.backtrace(frames, want);
-  }
+  constexpr int kMaxWalk = 128;
+  void* frames[kMaxWalk];
+  int want = max + skip + 1 < kMaxWalk ? max + skip + 1 : kMaxWalk - 1;
+  FrameWalk walk = frame_walk(frames, want);
+  int got = walk.depth;
   int first = skip + 1;  // this function's own frame
+  // Never loads libunwind here: a sampled allocation may come from inside
+  // dlopen, or from a thread racing one (the loader's lock).
+  if (!walk.complete && g_state.load(std::memory_order_acquire) > 0) {
+    got = libunwind_trace(frames, want + 1);
+    ++first;  // libunwind's trace starts in libunwind_trace
+  }
   int n = 0;
   for (int i = first; i < got && n < max; ++i) out[n++] = frames[i];
   return n;

@@ -1,4 +1,6 @@
-// Stack traces, through libunwind.
+// Stack traces: the heap profiler's through xalloc's own walker
+// (frame_walker.h), with libunwind for the stacks it cannot follow; a
+// misuse report's through libunwind, which also names the frames.
 //
 // libunwind is loaded with dlopen the first time a trace is needed (a
 // misuse report, or start-up with the heap profiler on), never at program
