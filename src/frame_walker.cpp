@@ -168,9 +168,11 @@ bool parse_cie(const uint8_t* record, Cie* cie) {
     for (const char* c = augmentation + 1; *c != '\0'; ++c) {
       if (*c == 'R') {
         cie->fde_encoding = r.u8();
-      } else if (*c == 'P') {
+      } else if (*c == 'P') {  // the personality routine's address, which the walk does not need
+        uint8_t encoding = r.u8();
+        constexpr uint8_t kPeAligned = 0x50;  // padding first: never emitted for x86-64
         uint64_t ignored;
-        if (!r.raw(r.u8(), &ignored)) return false;
+        if ((encoding & 0x70) == kPeAligned || !r.raw(encoding, &ignored)) return false;
       } else if (*c == 'L') {
         r.u8();
       } else {
