@@ -191,9 +191,13 @@ void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
   size_t released = count;
   size_t old_dirty = 0;
   uint64_t old_freed_at = now;
+  // (A neighbour with nothing resident has no say: a clean stretch of a
+  // segment never used, whose age is its creation's, would otherwise date
+  // memory freed a moment ago next to it as long expired.)
   auto absorb_age = [&](const Page* neighbour, size_t neighbour_first) {
-    old_dirty += segment_dirty_count(segment, neighbour_first, neighbour->slice_count);
-    if (neighbour->freed_at < old_freed_at) old_freed_at = neighbour->freed_at;
+    size_t dirty = segment_dirty_count(segment, neighbour_first, neighbour->slice_count);
+    old_dirty += dirty;
+    if (dirty != 0 && neighbour->freed_at < old_freed_at) old_freed_at = neighbour->freed_at;
   };
   size_t end = first + count;
   if (end < kSlicesPerSegment) {
