@@ -67,6 +67,15 @@ namespace {
 
 inline bool dirty_bit(const Segment* s, size_t i) { return (s->dirty[i / 64] >> (i % 64)) & 1; }
 
+// The bits of slice bitmap word `word` that lie in [first, end).
+uint64_t range_mask(size_t word, size_t first, size_t end) {
+  uint64_t mask = ~uint64_t{0};
+  size_t lo = word * 64;
+  if (first > lo) mask &= ~uint64_t{0} << (first - lo);
+  if (end < lo + 64) mask &= (uint64_t{1} << (end - lo)) - 1;
+  return mask;
+}
+
 }  // namespace
 
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) {
@@ -79,13 +88,8 @@ bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) 
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count) {
   size_t dirty = 0;
   size_t end = first + count;
-  for (size_t word = first / 64; word * 64 < end; ++word) {
-    uint64_t bits = segment->dirty[word];
-    size_t lo = word * 64;
-    if (first > lo) bits &= ~uint64_t{0} << (first - lo);
-    if (end < lo + 64) bits &= (uint64_t{1} << (end - lo)) - 1;
-    dirty += static_cast<size_t>(std::popcount(bits));
-  }
+  for (size_t word = first / 64; word * 64 < end; ++word)
+    dirty += static_cast<size_t>(std::popcount(segment->dirty[word] & range_mask(word, first, end)));
   return dirty;
 }
 
@@ -123,6 +127,41 @@ size_t segment_purge_range(Segment* segment, size_t first, size_t count) {
     i = run;
   }
   return purged;
+}
+
+namespace {
+
+// Clears the bits of [first, first+count) in `bits`; returns how many were set.
+size_t take_bits(uint64_t* bits, size_t first, size_t count) {
+  size_t taken = 0;
+  size_t end = first + count;
+  for (size_t word = first / 64; word * 64 < end; ++word) {
+    uint64_t mask = range_mask(word, first, end);
+    taken += static_cast<size_t>(std::popcount(bits[word] & mask));
+    bits[word] &= ~mask;
+  }
+  return taken;
+}
+
+// Bits of a period before the last one are too old to count.
+void forget_stale_budget_purges(Segment* segment, uint32_t epoch) {
+  if (segment->budget_purge_epoch + 1 < epoch) {
+    for (uint64_t& word : segment->budget_purged) word = 0;
+    segment->budget_purge_epoch = epoch;
+  }
+}
+
+}  // namespace
+
+void segment_note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
+  forget_stale_budget_purges(segment, epoch);
+  segment->budget_purge_epoch = epoch;
+  for (size_t i = first; i < first + count; ++i) segment->budget_purged[i / 64] |= uint64_t{1} << (i % 64);
+}
+
+size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch) {
+  forget_stale_budget_purges(segment, epoch);
+  return take_bits(segment->budget_purged, first, count);
 }
 
 }  // namespace xalloc

@@ -41,6 +41,12 @@ struct Segment {
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.
   uint64_t dirty[kSlicesPerSegment / 64];
+  // Slices purged to keep free memory within the dirty budget and not
+  // taken again since, as of review period `budget_purge_epoch` of the
+  // span allocator: a span taken over them soon after tells it that the
+  // budget is too tight for the program (span_allocator.cpp).
+  uint64_t budget_purged[kSlicesPerSegment / 64];
+  uint32_t budget_purge_epoch;
   Page* page_of_slice[kSlicesPerSegment];
   Page pages[kSlicesPerSegment];
 
@@ -111,5 +117,11 @@ size_t segment_mark_dirty(Segment* segment, size_t first, size_t count);
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count);
 // Purges the dirty parts of [first, first+count); returns bytes purged.
 size_t segment_purge_range(Segment* segment, size_t first, size_t count);
+// Notes that the span allocator purged [first, first+count) for its budget
+// in review period `epoch`.
+void segment_note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch);
+// The slices of [first, first+count) purged for the budget in period
+// `epoch` or the one before, now taken again; forgets them.
+size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch);
 
 }  // namespace xalloc

@@ -1,5 +1,6 @@
 #include "span_allocator.h"
 
+#include <atomic>
 #include <bit>
 
 #include "debug.h"
@@ -12,13 +13,24 @@ namespace xalloc {
 
 SpanAllocator g_spans;
 
+namespace {
+
+// The dirty budget's boost (a shift), set under the span allocator's lock
+// by review_budget_locked, read anywhere.
+std::atomic<unsigned> g_budget_boost{0};
+constexpr unsigned kMaxBudgetBoost = 2;
+
+}  // namespace
+
 size_t dirty_budget_bytes() {
   constexpr size_t kMinimum = size_t{4} << 20;
   size_t in_use = stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
                   stats::g_global.large_in_use.load(std::memory_order_relaxed);
   size_t share = in_use / 100 * g_options.dirty_percent;
-  return share > kMinimum ? share : kMinimum;
+  return (share > kMinimum ? share : kMinimum) << g_budget_boost.load(std::memory_order_relaxed);
 }
+
+unsigned dirty_budget_boost() { return g_budget_boost.load(std::memory_order_relaxed); }
 
 size_t burst_threshold_bytes(size_t budget) {
   constexpr size_t kBurstSlack = size_t{16} << 20;
@@ -146,6 +158,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
 
   *is_zero = segment_range_is_clean(segment, first, slices);
+  note_reuse_locked(segment, first, slices);
   dirty_free_slices_ -= slices - segment_mark_dirty(segment, first, slices);
   segment->used_slices += static_cast<uint32_t>(slices);
 
@@ -180,6 +193,7 @@ void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
+  if (dirty_free_slices_ > peak_dirty_free_slices_) peak_dirty_free_slices_ = dirty_free_slices_;
   uint64_t now = os::monotonic_ms();
   uint64_t freed_at = now > idle_ms ? now - idle_ms : 0;
   mark_absorbed(span);  // its slices still map to it
@@ -241,7 +255,7 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   size_t hard_cap = burst_threshold_bytes(budget_bytes) >> kSliceShift;
   if (dirty_free_slices_ > hard_cap) {
     for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
-      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s);
+      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s, true);
     }
   }
   if (now >= next) {
@@ -267,6 +281,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
+  note_reuse_locked(segment, end, extra);
   dirty_free_slices_ -= extra - segment_mark_dirty(segment, end, extra);
   segment->used_slices += static_cast<uint32_t>(extra);
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
@@ -305,11 +320,51 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   return rest;
 }
 
-size_t SpanAllocator::purge_span_locked(Page* span) {
+size_t SpanAllocator::purge_span_locked(Page* span, bool for_budget) {
   Segment* segment = segment_of_page(span);
-  size_t purged = segment_purge_range(segment, segment->slice_index(span), span->slice_count);
+  size_t first = segment->slice_index(span);
+  size_t purged = segment_purge_range(segment, first, span->slice_count);
   dirty_free_slices_ -= purged >> kSliceShift;
+  if (for_budget && purged != 0) {
+    segment_note_budget_purge(segment, first, span->slice_count, budget_epoch_);
+    budget_purged_slices_ += purged >> kSliceShift;
+  }
   return purged;
+}
+
+void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t count) {
+  budget_reused_slices_ += segment_take_budget_purged(segment, first, count, budget_epoch_);
+}
+
+// The budget holds free memory for a tenth of the purge delay (purge_locked)
+// and is a share of the memory in use, which suits most programs; but one
+// that frees and takes back more than that share within the delay - a
+// buffer that grows by realloc, large blocks replaced one by one - would
+// have its memory purged and faulted in again over and over (a page fault
+// for every page it reuses). So every review period (a fifth of the delay)
+// looks at what happened to the memory purged for the budget: when at
+// least half of it was taken again (and at least 1 MiB), the budget
+// doubles, up to four times its size; once free memory has stayed within
+// the budget one step smaller for a whole period, it halves again. It
+// only ever holds memory for part of the delay: the delay itself still
+// purges everything older.
+void SpanAllocator::review_budget_locked(uint64_t now_ms) {
+  if (now_ms < next_budget_review_ms_) return;
+  uint64_t period = g_options.purge_delay_ms / 10;
+  next_budget_review_ms_ = now_ms + (period > 10 ? period : 10);
+  constexpr size_t kMinimumEvidence = (size_t{1} << 20) >> kSliceShift;
+  unsigned boost = g_budget_boost.load(std::memory_order_relaxed);
+  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  if (budget_reused_slices_ >= kMinimumEvidence && budget_reused_slices_ * 2 >= budget_purged_slices_) {
+    boost = kMaxBudgetBoost;
+  } else if (boost > 0 && peak_dirty_free_slices_ <= budget / 2) {
+    --boost;
+  }
+  g_budget_boost.store(boost, std::memory_order_relaxed);
+  budget_purged_slices_ = 0;
+  budget_reused_slices_ = 0;
+  peak_dirty_free_slices_ = dirty_free_slices_;
+  ++budget_epoch_;
 }
 
 size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
@@ -327,9 +382,10 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
   size_t budget = dirty_budget_bytes() >> kSliceShift;
   for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
     for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > budget; span = span->next) {
-      if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span);
+      if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span, true);
     }
   }
+  if (!force) review_budget_locked(now_ms);
   uint64_t next = dirty_free_slices_ > budget ? excess_delay : delay / 4;
   __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
   purged += unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);

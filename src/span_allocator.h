@@ -100,7 +100,13 @@ class SpanAllocator {
   void release_locked(Page* span, uint64_t idle_ms = 0);
   Segment* add_segment_locked(Segment* segment);
   size_t purge_locked(bool force, uint64_t now_ms);
-  size_t purge_span_locked(Page* span);
+  // `for_budget`: purged only to keep within the dirty budget, not
+  // because its delay passed.
+  size_t purge_span_locked(Page* span, bool for_budget = false);
+  // Counts the slices of a span being taken that were purged for the budget
+  // shortly before (the budget's feedback, dirty_budget_bytes).
+  void note_reuse_locked(Segment* segment, size_t first, size_t count);
+  void review_budget_locked(uint64_t now_ms);
 
   size_t unmap_empty_segments_locked(size_t keep);
 
@@ -111,13 +117,25 @@ class SpanAllocator {
   size_t free_segments_ = 0;       // segments whose payload is one free span
   size_t dirty_free_slices_ = 0;   // free slices that may still be resident
   uint64_t next_purge_ms_ = 0;
+  // The dirty budget's feedback, per review period (epoch): slices purged
+  // for the budget, slices of those taken again, and the most free slices
+  // resident at once.
+  uint32_t budget_epoch_ = 1;
+  uint64_t next_budget_review_ms_ = 0;
+  size_t budget_purged_slices_ = 0;
+  size_t budget_reused_slices_ = 0;
+  size_t peak_dirty_free_slices_ = 0;
 };
 
 extern SpanAllocator g_spans;
 
 // How much free memory may stay resident, waiting for reuse: a share
-// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB.
+// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB; twice
+// or four times that while the program keeps taking back memory that was
+// purged to keep within it (span_allocator.cpp).
 size_t dirty_budget_bytes();
+// log2 of that factor (statistics).
+unsigned dirty_budget_boost();
 // Free memory beyond this, twice the budget and at least the budget plus
 // 16 MiB, is a burst (a phase of the program ended): purged as soon as it
 // is released, by the span allocator and the huge cache alike.

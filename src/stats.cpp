@@ -127,6 +127,8 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
                   s.mapped >> 10, s.committed >> 10, resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
   report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all, pooled empty slabs %u KiB",
                   g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10, s.pooled >> 10);
+  report::message("stats: dirty budget %u KiB (x%u: purged memory is %s)", dirty_budget_bytes() >> 10,
+                  1u << dirty_budget_boost(), dirty_budget_boost() != 0 ? "being taken back soon" : "not reused soon");
   report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
 }
 

@@ -678,6 +678,31 @@ TEST(Memory, ThreadChurnDoesNotGrowRss) {
               v["after_all_trimmed_kib"]);
 }
 
+TEST(Memory, MemoryTakenBackSoonIsNotPurgedOverAndOver) {
+  // Twelve 1 MiB blocks written, freed and taken again every 60 ms: more
+  // than the dirty budget's 4 MiB floor, so at first the excess is purged
+  // (after a tenth of the purge delay) and faulted in again next round. The
+  // budget grows once the purged memory keeps coming back: the later
+  // rounds fault in (almost) nothing.
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "reuse"}, {}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::vector<double> faults;
+  for (int round = 0;; ++round) {
+    std::string line = line_starting(r.out, "round=" + std::to_string(round) + " ");
+    if (line.empty()) break;
+    faults.push_back(std::atof(line.c_str() + line.find("faults=") + 7));
+  }
+  ASSERT_EQ(faults.size(), 20u) << r.out;
+  constexpr double kPagesPerRound = 12 * 256;
+  std::vector<double> last(faults.end() - 5, faults.end());
+  std::sort(last.begin(), last.end());
+  EXPECT_GT(faults[0], kPagesPerRound / 2) << "the first round writes fresh memory\n" << r.out;
+  EXPECT_LT(last[2], kPagesPerRound / 8) << "median page faults of the last five rounds\n" << r.out;
+  std::printf("page faults per round:");
+  for (double f : faults) std::printf(" %.0f", f);
+  std::printf("\n");
+}
+
 long maxrss_kib(const std::vector<std::string>& env, const char* program) {
   std::vector<std::string> argv = {XTEST_RSS_OF};
   argv.insert(argv.end(), env.begin(), env.end());

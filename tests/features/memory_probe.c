@@ -13,6 +13,9 @@
  *                           RSS after the first 100 threads and after all N,
  *                           once the purge delay has passed, and after
  *                           malloc_trim(0)
+ *   memory_probe reuse      20 rounds of: allocate twelve 1 MiB blocks, write
+ *                           them, free them, sleep 60 ms, allocate and free
+ *                           one more; the page faults of each round
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -230,12 +234,39 @@ static int churn(size_t n) {
   return 0;
 }
 
+/* --- reuse -------------------------------------------------------------------- */
+
+static long minor_faults(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+static int reuse(void) {
+  enum { kRounds = 20, kBlocks = 12, kBlockBytes = 1 << 20 };
+  void* blocks[kBlocks];
+  for (int round = 0; round < kRounds; ++round) {
+    long before = minor_faults();
+    for (int i = 0; i < kBlocks; ++i) {
+      blocks[i] = malloc(kBlockBytes);
+      if (blocks[i] == NULL) return 1;
+      memset(blocks[i], round, kBlockBytes);
+    }
+    for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
+    printf("round=%d faults=%ld\n", round, minor_faults() - before);
+    sleep_ms(60);
+    free(malloc(kBlockBytes)); /* the allocator's periodic work runs on such calls */
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "gigabyte") == 0) return gigabyte();
   if (strcmp(mode, "idle") == 0) return idle();
   if (strcmp(mode, "churn") == 0 && argc == 3) return churn(strtoul(argv[2], NULL, 10));
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N\n", argv[0]);
+  if (strcmp(mode, "reuse") == 0) return reuse();
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse\n", argv[0]);
   return 2;
 }
