@@ -105,7 +105,11 @@ size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   return newly;
 }
 
-size_t segment_purge_range(Segment* segment, size_t first, size_t count) {
+namespace {
+void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch);
+}  // namespace
+
+size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_t budget_epoch) {
   size_t purged = 0;
   size_t i = first;
   size_t end = first + count;
@@ -121,6 +125,7 @@ size_t segment_purge_range(Segment* segment, size_t first, size_t count) {
     }
     size_t bytes = (run - i) << kSliceShift;
     os::purge(reinterpret_cast<void*>(segment->slice_address(i)), bytes);
+    if (budget_epoch != 0) note_budget_purge(segment, i, run - i, budget_epoch);
     purged += bytes;
     stats::sub(stats::g_global.committed, bytes);
     stats::add(stats::g_global.purged, bytes);
@@ -151,13 +156,13 @@ void forget_stale_budget_purges(Segment* segment, uint32_t epoch) {
   }
 }
 
-}  // namespace
-
-void segment_note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
+void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
   forget_stale_budget_purges(segment, epoch);
   segment->budget_purge_epoch = epoch;
   for (size_t i = first; i < first + count; ++i) segment->budget_purged[i / 64] |= uint64_t{1} << (i % 64);
 }
+
+}  // namespace
 
 size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch) {
   forget_stale_budget_purges(segment, epoch);

@@ -322,13 +322,10 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
 
 size_t SpanAllocator::purge_span_locked(Page* span, bool for_budget) {
   Segment* segment = segment_of_page(span);
-  size_t first = segment->slice_index(span);
-  size_t purged = segment_purge_range(segment, first, span->slice_count);
+  size_t purged =
+      segment_purge_range(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
   dirty_free_slices_ -= purged >> kSliceShift;
-  if (for_budget && purged != 0) {
-    segment_note_budget_purge(segment, first, span->slice_count, budget_epoch_);
-    budget_purged_slices_ += purged >> kSliceShift;
-  }
+  if (for_budget) budget_purged_slices_ += purged >> kSliceShift;
   return purged;
 }
 
@@ -341,13 +338,13 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 // that frees and takes back more than that share within the delay - a
 // buffer that grows by realloc, large blocks replaced one by one - would
 // have its memory purged and faulted in again over and over (a page fault
-// for every page it reuses). So every review period (a fifth of the delay)
+// for every page it reuses). So every review period (a tenth of the delay)
 // looks at what happened to the memory purged for the budget: when at
 // least half of it was taken again (and at least 1 MiB), the budget
-// doubles, up to four times its size; once free memory has stayed within
-// the budget one step smaller for a whole period, it halves again. It
-// only ever holds memory for part of the delay: the delay itself still
-// purges everything older.
+// becomes four times its size; once free memory has stayed within the
+// budget one step smaller for a whole period, it halves again. It only
+// ever holds memory for part of the delay: the delay itself still purges
+// everything older.
 void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   if (now_ms < next_budget_review_ms_) return;
   uint64_t period = g_options.purge_delay_ms / 10;
