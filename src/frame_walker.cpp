@@ -327,7 +327,8 @@ class CfiMachine {
       case 0x08:  // same_value
         set(r.uleb(), Saved::kSame, 0);
         return true;
-      case 0x09: {  // register: saved in another register
+      case 0x09:    // register: saved in another register
+      case 0x14: {  // val_offset: the value, not a place
         uint64_t reg = r.uleb();
         r.uleb();
         set(reg, Saved::kUnsupported, 0);
@@ -356,12 +357,7 @@ class CfiMachine {
         r.skip(r.uleb());
         state_.cfa_is_expression = true;
         return true;
-      case 0x10: {  // expression
-        uint64_t reg = r.uleb();
-        r.skip(r.uleb());
-        set(reg, Saved::kUnsupported, 0);
-        return true;
-      }
+      case 0x10:    // expression
       case 0x11: {  // offset_extended_sf
         uint64_t reg = r.uleb();
         set(reg, Saved::kAtOffset, r.sleb() * cie_.data_align);
@@ -375,21 +371,9 @@ class CfiMachine {
       case 0x13:  // def_cfa_offset_sf
         state_.cfa_offset = r.sleb() * cie_.data_align;
         return true;
-      case 0x14: {  // val_offset
-        uint64_t reg = r.uleb();
-        r.uleb();
-        set(reg, Saved::kUnsupported, 0);
-        return true;
-      }
       case 0x15: {  // val_offset_sf
         uint64_t reg = r.uleb();
         r.sleb();
-        set(reg, Saved::kUnsupported, 0);
-        return true;
-      }
-      case 0x16: {  // val_expression
-        uint64_t reg = r.uleb();
-        r.skip(r.uleb());
         set(reg, Saved::kUnsupported, 0);
         return true;
       }
