@@ -510,8 +510,10 @@ __attribute__((no_sanitize("address", "thread"))) uintptr_t load_word(uintptr_t 
 }
 
 // Moves `regs` to the caller's frame. Every slot read lies between the
-// frame's stack pointer and its CFA, which must be above it: a wrong rule
-// cannot send the walk to read anywhere but the stack.
+// frame's stack pointer and its CFA, which must be above it and at most
+// kMaxFrameBytes away. That bounds what a wrong rule could make the walk
+// read; it does not make such a read safe: the walk trusts the objects'
+// call-frame information, as C++ exceptions do.
 bool step(Registers* regs, FrameRule rule) {
   uintptr_t base = (rule.flags & kCfaFromRbp) != 0 ? regs->rbp : regs->sp;
   uintptr_t cfa = base + static_cast<uintptr_t>(static_cast<intptr_t>(rule.cfa_offset));
