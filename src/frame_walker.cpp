@@ -462,7 +462,8 @@ FrameRule compute_rule(const uint8_t* header, uintptr_t pc) {
 // sees the two words of different writers (or another pc's) gets a check
 // that does not match, and computes the rule again. The object (its
 // .eh_frame_hdr) is part of the key so that a library unloaded and
-// replaced by another at the same address cannot reuse its rules.
+// replaced by another at the same address does not reuse its rules
+// (unless the new one's .eh_frame_hdr lands at the very same address).
 // 4096 slots: 64 KiB, in zero-initialised memory untouched unless a walk
 // runs.
 constexpr unsigned kRuleSlotBits = 12;
