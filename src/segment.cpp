@@ -76,6 +76,22 @@ uint64_t range_mask(size_t word, size_t first, size_t end) {
   return mask;
 }
 
+// Budget-purge marks (Segment::budget_purged) of a period before the last
+// one are too old to count.
+void forget_stale_budget_purges(Segment* segment, uint32_t epoch) {
+  if (segment->budget_purge_epoch + 1 < epoch) {
+    for (uint64_t& word : segment->budget_purged) word = 0;
+    segment->budget_purge_epoch = epoch;
+  }
+}
+
+void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
+  forget_stale_budget_purges(segment, epoch);
+  segment->budget_purge_epoch = epoch;
+  size_t end = first + count;
+  for (size_t word = first / 64; word * 64 < end; ++word) segment->budget_purged[word] |= range_mask(word, first, end);
+}
+
 }  // namespace
 
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) {
@@ -105,10 +121,6 @@ size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   return newly;
 }
 
-namespace {
-void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch);
-}  // namespace
-
 size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_t budget_epoch) {
   size_t purged = 0;
   size_t i = first;
@@ -134,39 +146,16 @@ size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_
   return purged;
 }
 
-namespace {
-
-// Clears the bits of [first, first+count) in `bits`; returns how many were set.
-size_t take_bits(uint64_t* bits, size_t first, size_t count) {
+size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch) {
+  forget_stale_budget_purges(segment, epoch);
   size_t taken = 0;
   size_t end = first + count;
   for (size_t word = first / 64; word * 64 < end; ++word) {
     uint64_t mask = range_mask(word, first, end);
-    taken += static_cast<size_t>(std::popcount(bits[word] & mask));
-    bits[word] &= ~mask;
+    taken += static_cast<size_t>(std::popcount(segment->budget_purged[word] & mask));
+    segment->budget_purged[word] &= ~mask;
   }
   return taken;
-}
-
-// Bits of a period before the last one are too old to count.
-void forget_stale_budget_purges(Segment* segment, uint32_t epoch) {
-  if (segment->budget_purge_epoch + 1 < epoch) {
-    for (uint64_t& word : segment->budget_purged) word = 0;
-    segment->budget_purge_epoch = epoch;
-  }
-}
-
-void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
-  forget_stale_budget_purges(segment, epoch);
-  segment->budget_purge_epoch = epoch;
-  for (size_t i = first; i < first + count; ++i) segment->budget_purged[i / 64] |= uint64_t{1} << (i % 64);
-}
-
-}  // namespace
-
-size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch) {
-  forget_stale_budget_purges(segment, epoch);
-  return take_bits(segment->budget_purged, first, count);
 }
 
 }  // namespace xalloc
