@@ -25,7 +25,21 @@ void* fail_enomem() {
   return nullptr;
 }
 
+// Secure mode: the guard page after a large or huge block that ends at
+// `end` (its descriptor remembers how the guard was made).
+void guard_after(Page* page, uintptr_t end) {
+  if (secure::kEnabled) page->guard_protected = os::guard_install(reinterpret_cast<void*>(end), secure::kGuardBytes);
+}
+
+void unguard_after(const Page* page, uintptr_t end) {
+  if (secure::kEnabled) os::guard_remove(reinterpret_cast<void*>(end), secure::kGuardBytes, page->guard_protected);
+}
+
 // --- large ------------------------------------------------------------------
+
+// Slices of a large block of `usable` bytes (whole pages): secure mode
+// adds its guard page.
+size_t large_slices(size_t usable) { return (usable + secure::kGuardBytes + kSliceSize - 1) >> kSliceShift; }
 
 void set_large(Page* span, size_t usable, bool is_zero) {
   span->owner = nullptr;
@@ -72,10 +86,11 @@ size_t g_huge_unreused_bytes = 0;
 
 size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
 
+// (In secure mode the mapping's last page is the guard page: not usable.)
 void huge_setup(Segment* segment, size_t mapping, size_t offset) {
   segment->kind = SegmentKind::kHuge;
   segment->mapping_size = mapping;
-  segment->huge_usable = mapping - offset;
+  segment->huge_usable = mapping - offset - secure::kGuardBytes;
   segment->next = segment->prev = nullptr;
   Page* page = &segment->pages[0];
   page->set_kind(PageKind::kHuge);
@@ -127,6 +142,11 @@ Segment* cache_take(size_t mapping) {
 // which the cache's links live in, stays readable. A block taken from the
 // cache gets back exactly the bytes it may use: the guard page after it,
 // and whatever its offset leaves in front, stay inaccessible.
+// Secure mode: where a huge block's guard page is, the last of its mapping.
+uintptr_t huge_guard_address(const Segment* segment) {
+  return segment->base() + segment->mapping_size - secure::kGuardBytes;
+}
+
 bool cache_seal(Segment* segment) {
   if (!secure::kEnabled) return true;
   return os::protect_none(reinterpret_cast<void*>(segment->base() + kHugeHeader),
@@ -151,8 +171,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   ensure_process_init();
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
-  size_t span_bytes = usable + secure::kGuardBytes;  // secure mode: a guard page follows the block
-  size_t slices = (span_bytes + extra + kSliceSize - 1) >> kSliceShift;
+  size_t slices = large_slices(usable + extra);
   if (slices >= kSlicesPerSegment) return huge_alloc(size, alignment, zero);
   bool is_zero = false;
   Page* span = g_spans.allocate(slices, PageKind::kLarge, &is_zero);
@@ -162,10 +181,10 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
     uintptr_t aligned = round_up(span->start, alignment);
     size_t skip = (aligned - span->start) >> kSliceShift;
     if (skip != 0) span = g_spans.trim_front(span, skip);
-    g_spans.shrink(span, (span_bytes + kSliceSize - 1) >> kSliceShift);
+    g_spans.shrink(span, large_slices(usable));
   }
   set_large(span, usable, is_zero);
-  if (secure::kEnabled) os::protect_none(reinterpret_cast<void*>(span->start + usable), secure::kGuardBytes);
+  guard_after(span, span->start + usable);
   void* block = reinterpret_cast<void*>(span->start);
   if (zero && !is_zero) memset(block, 0, size);
   return block;
@@ -189,21 +208,24 @@ void large_free(Page* page) {
     prof::forget(page);
     if (keep_sample_span(page)) return;
   }
-  if (secure::kEnabled)
-    os::protect_read_write(reinterpret_cast<void*>(page->start + page->large_usable), secure::kGuardBytes);
+  unguard_after(page, page->start + page->large_usable);
   stats::sub(stats::g_global.large_in_use, page->large_usable);
   g_spans.release(page);
 }
 
 void* large_realloc(Page* page, void* ptr, size_t size) {
   size_t old_usable = page->large_usable;
-  // Secure mode moves the block (and its guard page) instead.
-  if (!secure::kEnabled && size > kMaxSlabSize && size <= kMaxLargeSize) {
+  if (size > kMaxSlabSize && size <= kMaxLargeSize) {
     size_t usable = round_up(size, kOsPageSize);
-    size_t slices = (usable + kSliceSize - 1) >> kSliceShift;
+    size_t slices = large_slices(usable);
     if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
+      // Secure mode: the guard page moves to the new end (taken down
+      // before a shrink may give its slice back).
+      bool guard_moves = usable != old_usable;
+      if (guard_moves) unguard_after(page, page->start + old_usable);
       // Shrinking: keep the span unless half of it would be idle.
       if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
+      if (guard_moves) guard_after(page, page->start + usable);
       stats::add(stats::g_global.large_in_use, usable);
       stats::sub(stats::g_global.large_in_use, old_usable);
       page->large_usable = usable;
@@ -247,11 +269,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool is_zero = fresh || segment->huge_purged;
   segment->huge_purged = 0;
   huge_setup(segment, mapping, offset);
-  if (secure::kEnabled) {
-    segment->huge_usable -= secure::kGuardBytes;
-    // A cached mapping kept its guard page (cache_unseal leaves it).
-    if (fresh) os::protect_none(reinterpret_cast<void*>(segment->base() + mapping - secure::kGuardBytes), secure::kGuardBytes);
-  }
+  // A cached mapping kept its guard page (cache_unseal leaves it).
+  if (fresh) guard_after(&segment->pages[0], huge_guard_address(segment));
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
   if (zero && !is_zero) memset(block, 0, size);
@@ -334,12 +353,15 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   size_t old_usable = segment->huge_usable;
   bool sampled = segment->pages[0].sampled;
   uint64_t sample_bytes = segment->pages[0].sample_bytes, sample_stack = segment->pages[0].sample_stack;
-  if (!secure::kEnabled && size > kMaxLargeSize) {
-    size_t mapping = round_up(offset + size, kOsPageSize);
+  if (size > kMaxLargeSize) {
+    size_t mapping = round_up(offset + size, kOsPageSize) + secure::kGuardBytes;
     if (mapping <= old_mapping && mapping * 2 > old_mapping) {  // fits, not much idle
       if (XALLOC_UNLIKELY(sampled)) prof::resized(&segment->pages[0], size);
       return ptr;
     }
+    // Secure mode: the guard page is taken down first and set up again at
+    // the end of the resized mapping (or where it was, if nothing moved).
+    unguard_after(&segment->pages[0], huge_guard_address(segment));
     bool resized = false;
     Segment* moved = segment;
     auto* base = reinterpret_cast<void*>(segment->base());
@@ -368,6 +390,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
       stats::sub(stats::g_global.committed, old_mapping);
       stats::sub(stats::g_global.large_in_use, old_usable);
       huge_setup(moved, mapping, offset);
+      guard_after(&moved->pages[0], huge_guard_address(moved));
       stats::add(stats::g_global.large_in_use, moved->huge_usable);
       void* block = reinterpret_cast<void*>(moved->pages[0].start);
       if (XALLOC_UNLIKELY(sampled)) {
@@ -379,6 +402,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
       }
       return block;
     }
+    guard_after(&segment->pages[0], huge_guard_address(segment));
   }
   void* fresh = alloc(size);
   if (fresh == nullptr) return nullptr;

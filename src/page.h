@@ -77,7 +77,8 @@ struct alignas(64) Page {
   uint8_t state_bits : 2;    // SlabState
   uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
   uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
-  uint8_t unused_bits : 4;
+  uint8_t guard_protected : 1; // large/huge, secure mode: its guard page is PROT_NONE, not a mark (os.h)
+  uint8_t unused_bits : 3;
   union {
     Page* next;              // slab: heap's partial list; free: span bin list
     uint64_t sample_bytes;   // large/huge block the profiler sampled: its requested size

@@ -59,8 +59,9 @@ void segment_destroy(Segment* segment) {
 
 void segment_protect_header(uintptr_t base) {
   if (!secure::kEnabled) return;
-  os::protect_none(reinterpret_cast<void*>(base), secure::kGuardBytes);
-  os::protect_none(reinterpret_cast<void*>(base + kSliceSize - secure::kGuardBytes), secure::kGuardBytes);
+  // Never taken down: they go with the mapping.
+  os::guard_install(reinterpret_cast<void*>(base), secure::kGuardBytes);
+  os::guard_install(reinterpret_cast<void*>(base + kSliceSize - secure::kGuardBytes), secure::kGuardBytes);
 }
 
 namespace {

@@ -105,7 +105,7 @@ void segment_map_set(uintptr_t base, size_t size, bool present);
 
 // Maps and initialises a normal segment (all slices free but the header).
 Segment* segment_create();
-// Secure mode: makes the guard pages around a header inaccessible.
+// Secure mode: puts guard pages around a header.
 void segment_protect_header(uintptr_t base);
 void segment_destroy(Segment* segment);
 

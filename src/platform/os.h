@@ -30,6 +30,18 @@ bool remap_to(void* addr, size_t old_size, size_t new_size, void* target);
 bool protect_none(void* addr, size_t size);
 bool protect_read_write(void* addr, size_t size);
 
+// Guard pages: any access to [addr, addr + size) faults; what the pages held
+// is lost. Lightweight guards (MADV_GUARD_INSTALL, Linux 6.13) are marks in
+// the page tables: no mapping is split, the mmap lock is only read, and they
+// survive a purge and a move by mremap. Where the kernel has none (or
+// refuses one, as in an mlocked range) the pages are made PROT_NONE instead,
+// and guard_install returns true: the caller passes that to guard_remove.
+bool guard_install(void* addr, size_t size);
+// Makes a guard ordinary read-write memory again (reading as zero).
+void guard_remove(void* addr, size_t size, bool protected_pages);
+// From now on, as on a kernel without lightweight guards (for tests).
+void guard_marks_disable();
+
 // Lets another thread run.
 void yield_cpu();
 

@@ -112,6 +112,46 @@ bool protect_read_write(void* addr, size_t size) {
                              PROT_READ | PROT_WRITE));
 }
 
+namespace {
+
+// Not in Debian 12's headers (the kernel's uapi values).
+constexpr int kMadvGuardInstall = 102;
+constexpr int kMadvGuardRemove = 103;
+
+// Whether the kernel makes lightweight guards: unknown until the first
+// attempt answers.
+enum GuardMarks : int { kGuardMarksUnknown, kGuardMarksWork, kGuardMarksAbsent };
+int g_guard_marks = kGuardMarksUnknown;
+
+}  // namespace
+
+bool guard_install(void* addr, size_t size) {
+  int marks = __atomic_load_n(&g_guard_marks, __ATOMIC_RELAXED);
+  if (marks != kGuardMarksAbsent) {
+    long ret = raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), kMadvGuardInstall);
+    if (!failed(ret)) {
+      if (marks == kGuardMarksUnknown) __atomic_store_n(&g_guard_marks, kGuardMarksWork, __ATOMIC_RELAXED);
+      return false;
+    }
+    // An older kernel answers EINVAL to the unknown advice; a newer one
+    // answers the same for an mlocked range, which then alone is protected.
+    if (ret == -EINVAL && marks == kGuardMarksUnknown)
+      __atomic_store_n(&g_guard_marks, kGuardMarksAbsent, __ATOMIC_RELAXED);
+  }
+  protect_none(addr, size);
+  return true;
+}
+
+void guard_marks_disable() { __atomic_store_n(&g_guard_marks, kGuardMarksAbsent, __ATOMIC_RELAXED); }
+
+void guard_remove(void* addr, size_t size, bool protected_pages) {
+  if (protected_pages) {
+    protect_read_write(addr, size);
+    return;
+  }
+  raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), kMadvGuardRemove);
+}
+
 void futex_wait(const volatile uint32_t* word, uint32_t expected) {
   raw_syscall(SYS_futex, reinterpret_cast<long>(word), FUTEX_WAIT_PRIVATE, expected, 0);
 }

@@ -249,6 +249,30 @@ TEST(Secure, LargeBlockIsFollowedByAGuardPage) {
   EXPECT_TRUE(plain.exited_ok()) << plain.describe();
 }
 
+// A large or huge block resized in place (or moved) is followed by a guard
+// page at its new end; growing in place takes down the old one.
+TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) {
+  struct Case {
+    const char* from;
+    const char* to;
+    const char* how;  // what the probe prints: this realloc is served in place
+  };
+  for (const Case& c : {Case{"100000", "300000", "in place"},      // large, grown into the free slices after it
+                        Case{"300000", "200000", "in place"},      // large, shrunk
+                        Case{"20000000", "40000000", nullptr},     // huge, grown (mremap, or moved)
+                        Case{"40000000", "17000000", "in place"},  // huge, shrunk
+                        Case{"100000", "20000000", "moved"}}) {    // large to huge
+    Outcome r = run_program({XTEST_SECURE_PROBE, "realloc-guard", c.from, c.to}, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
+    std::string what = std::string(c.from) + " -> " + c.to + ": ";
+    if (c.how != nullptr) {
+      EXPECT_NE(r.out.find(c.how), std::string::npos) << what << r.describe();
+    }
+    EXPECT_EQ(r.out.find("contents lost"), std::string::npos) << what << r.describe();
+    EXPECT_EQ(r.signal(), SIGSEGV) << what << r.describe();
+    EXPECT_EQ(r.out.find("survived"), std::string::npos) << what << r.describe();
+  }
+}
+
 // Freed huge blocks are cached for reuse, inaccessible while cached: a
 // block taken from the cache is writable to its usable size and followed
 // by a guard page, and a write into a cached block faults.

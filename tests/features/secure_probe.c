@@ -7,6 +7,9 @@
  *   secure_probe usable       fills the whole usable size of many blocks, frees: must pass
  *   secure_probe double-free  frees a block twice: must abort
  *   secure_probe guard        writes one byte just past a large block's pages: must fault
+ *   secure_probe realloc-guard FROM TO   reallocs a FROM-byte block to TO bytes, checks
+ *                             that the contents moved, fills the block, writes one
+ *                             byte just past its pages: must fault
  *   secure_probe huge-reuse   frees a 24 MiB block, takes a 22 MiB one (the cached
  *                             mapping), fills its usable size, writes just past it: must fault
  *   secure_probe huge-after-free  frees a 24 MiB block, writes into it: must fault
@@ -88,6 +91,26 @@ static int guard(void) {
   return 0;
 }
 
+static int realloc_guard(size_t from, size_t to) {
+  unsigned char* p = launder(malloc(from));
+  for (size_t i = 0; i < from; ++i) p[i] = (unsigned char)(i * 7);
+  unsigned char* q = launder(realloc(p, to));
+  size_t kept = from < to ? from : to;
+  for (size_t i = 0; i < kept; ++i)
+    if (q[i] != (unsigned char)(i * 7)) {
+      printf("contents lost at %zu\n", i);
+      return 1;
+    }
+  size_t usable = malloc_usable_size(q);
+  size_t end = (usable + 4095) & ~(size_t)4095;
+  printf("%s, usable %zu, writing at offset %zu\n", q == p ? "in place" : "moved", usable, end);
+  fflush(stdout);
+  memset(q, 'a', usable); /* all of the block is writable */
+  q[end] = 'X';           /* the guard page */
+  printf("survived\n");
+  return 0;
+}
+
 enum { kHugeMiB = 1 << 20 };
 
 static int huge_reuse(void) {
@@ -164,11 +187,13 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "usable") == 0) return usable_is_usable();
   if (strcmp(mode, "double-free") == 0) return double_free();
   if (strcmp(mode, "guard") == 0) return guard();
+  if (strcmp(mode, "realloc-guard") == 0 && argc == 4)
+    return realloc_guard(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
   if (strcmp(mode, "huge-reuse") == 0) return huge_reuse();
   if (strcmp(mode, "huge-after-free") == 0) return huge_after_free();
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|huge-reuse|huge-after-free|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|order|reuse|delay\n", argv[0]);
   return 2;
 }
