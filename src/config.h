@@ -27,8 +27,9 @@ constexpr size_t kAddressBits = 47;
 constexpr size_t kMinAlignment = 16;
 
 // Size classes (size_classes.h): 16-byte steps up to 128 bytes, then four
-// classes per power of two up to kMaxSlabSize. Larger requests are large
-// spans inside segments; above kMaxLargeSize they get their own mapping.
+// classes per power of two up to kMaxSlabSize (five from 1 KiB to 16 KiB).
+// Larger requests are large spans inside segments; above kMaxLargeSize they
+// get their own mapping.
 constexpr size_t kMaxSmallSize = 1024;  // served through the per-heap direct table
 constexpr size_t kMaxSlabSize = 64 * 1024;
 constexpr size_t kMaxLargeSize = 16 * 1024 * 1024;

@@ -1,11 +1,16 @@
 // Size classes: the block sizes slabs are carved into.
 //
 // Classes 0..7 are 16..128 bytes in 16-byte steps; above that, four classes
-// per power of two (160, 192, 224, 256, 320, ...) up to 64 KiB. Internal
-// waste is below 16 bytes up to 128 bytes and below 20% above (a request of
-// 2^k + 1 bytes gets 2^k + 2^(k-2)). Every class size is a multiple of 16,
-// and a block is aligned to the largest power of two that divides its class
-// size, which is how aligned requests are served from slabs.
+// per power of two (160, 192, 224, 256, 320, ...) up to 64 KiB, and from
+// 1 KiB to 16 KiB one more just above each power of two, at 2^k + 2^(k-3)
+// (1152, 2304, 4608, 9216): programs often ask for a power of two plus a
+// small header (4096 + 8 bytes, a page and its bookkeeping), which would
+// otherwise get a block a quarter larger (5120). Internal waste is below 16
+// bytes up to 128 bytes and below 20% above. More classes in general would
+// cut the waste further, but each costs every thread a partly used slab of
+// its own. Every class size is a multiple of 16, and a block is aligned to
+// the largest power of two that divides its class size, which is how
+// aligned requests are served from slabs.
 #pragma once
 
 #include <array>
@@ -17,27 +22,41 @@
 
 namespace xalloc {
 
-constexpr unsigned kFineClasses = 8;                 // 16..128
-constexpr unsigned kClassesPerDoubling = 4;
-constexpr unsigned kFirstCoarseShift = 7;            // coarse classes start above 128
-constexpr unsigned kNumClasses = kFineClasses + (std::bit_width(kMaxSlabSize) - 1 - kFirstCoarseShift) * 4;  // 44
+constexpr unsigned kFineClasses = 8;        // 16..128
+constexpr unsigned kFirstCoarseShift = 7;   // coarse classes start above 128
+constexpr unsigned kCoarseDoublings = std::bit_width(kMaxSlabSize) - 1 - kFirstCoarseShift;  // 9
+// The doublings (2^k, 2^(k+1)] with a class at 2^k + 2^(k-3).
+constexpr bool has_header_class(unsigned k) { return k >= 10 && k < 14; }
+
+constexpr unsigned classes_in_doubling(unsigned k) { return has_header_class(k) ? 5 : 4; }
+
+constexpr unsigned kNumClasses = [] {
+  unsigned n = kFineClasses;
+  for (unsigned k = kFirstCoarseShift; k < kFirstCoarseShift + kCoarseDoublings; ++k) n += classes_in_doubling(k);
+  return n;
+}();  // 48
 
 constexpr size_t class_size_of(unsigned cls) {
   if (cls < kFineClasses) return (cls + 1) * 16;
-  unsigned group = (cls - kFineClasses) / kClassesPerDoubling;
-  unsigned index = (cls - kFineClasses) % kClassesPerDoubling;
-  size_t base = size_t{1} << (kFirstCoarseShift + group);
-  return base + (index + 1) * (base / kClassesPerDoubling);
+  unsigned index = cls - kFineClasses;
+  for (unsigned k = kFirstCoarseShift; k < kFirstCoarseShift + kCoarseDoublings; ++k) {
+    size_t base = size_t{1} << k;
+    if (has_header_class(k)) {
+      if (index == 0) return base + base / 8;
+      --index;
+    }
+    if (index < 4) return base + (index + 1) * (base / 4);
+    index -= 4;
+  }
+  return 0;  // no such class
 }
 
-// Class of a request of `size` bytes (1 <= size <= kMaxSlabSize; 0 is
-// served as 1). Branch-light: used on the fast path for sizes above 1 KiB.
-constexpr unsigned class_of(size_t size) {
-  if (size <= 128) return size == 0 ? 0 : static_cast<unsigned>((size - 1) >> 4);
-  unsigned e = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^e < size <= 2^(e+1)
-  unsigned shift = e - 2;
-  unsigned index = static_cast<unsigned>(((size - 1) >> shift) & 3);
-  return kFineClasses + (e - kFirstCoarseShift) * kClassesPerDoubling + index;
+// The smallest class that holds `size` bytes (size <= kMaxSlabSize; 0 is
+// served as 1), by search: the lookup tables below are built with it.
+constexpr unsigned class_of_computed(size_t size) {
+  unsigned cls = 0;
+  while (class_size_of(cls) < size) ++cls;
+  return cls;
 }
 
 // Sizes up to kMaxSmallSize are looked up by 16-byte granule.
@@ -81,36 +100,43 @@ constexpr auto kClassSize = [] {
 
 constexpr auto kGranuleClass = [] {
   std::array<uint8_t, kDirectSlots> table{};
-  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(class_of(g * 16));
+  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(class_of_computed(g * 16));
   return table;
 }();
 
 // Classes of sizes above kMaxSmallSize by 128-byte step: every class
-// boundary above 1 KiB is a multiple of 256, so a step never straddles one.
+// boundary above 1 KiB is a multiple of 128, so a step never straddles one.
 constexpr size_t kMediumStep = 128;
 constexpr auto kMediumClass = [] {
   std::array<uint8_t, kMaxSlabSize / kMediumStep> table{};
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>(class_of((i + 1) * kMediumStep));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>(class_of_computed((i + 1) * kMediumStep));
   return table;
 }();
 
 // class_of for kMaxSmallSize < size <= kMaxSlabSize.
 constexpr unsigned medium_class_of(size_t size) { return kMediumClass[(size - 1) / kMediumStep]; }
 
+// The smallest class that holds `size` bytes (size <= kMaxSlabSize; 0 is
+// served as 1), by table.
+constexpr unsigned class_of(size_t size) {
+  return size <= kMaxSmallSize ? kGranuleClass[granule_of(size)] : medium_class_of(size);
+}
+
 // The smallest class whose blocks are all aligned to `alignment` (a power of
 // two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
 unsigned aligned_class_of(size_t size, size_t alignment);
 
 static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
-static_assert(class_of(kMaxSlabSize) == kNumClasses - 1);
-// class_of never decreases with the size, so a step whose first and last
-// sizes agree with the table agrees throughout (the steps start right after
-// kMaxSmallSize, on the table's own boundaries).
+static_assert(class_of_computed(kMaxSlabSize) == kNumClasses - 1);
+// class_of_computed never decreases with the size, so a step whose first
+// and last sizes agree with the table agrees throughout (the steps start
+// right after kMaxSmallSize, on the table's own boundaries).
 static_assert(kMaxSmallSize % kMediumStep == 0);
 static_assert([] {
   for (size_t first = kMaxSmallSize + 1; first <= kMaxSlabSize; first += kMediumStep) {
     size_t last = first + kMediumStep - 1;
-    if (medium_class_of(first) != class_of(first) || medium_class_of(last) != class_of(last)) return false;
+    if (medium_class_of(first) != class_of_computed(first) || medium_class_of(last) != class_of_computed(last))
+      return false;
   }
   return true;
 }());
