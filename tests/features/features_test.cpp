@@ -39,6 +39,7 @@ struct Outcome {
   std::string out, err;
 
   bool exited_ok() const { return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  bool exited_with(int code) const { return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == code; }
   int signal() const { return WIFSIGNALED(status) ? WTERMSIG(status) : 0; }
   std::string describe() const {
     std::ostringstream s;
@@ -250,8 +251,10 @@ TEST(Secure, LargeBlockIsFollowedByAGuardPage) {
 }
 
 // A large or huge block resized in place (or moved) is followed by a guard
-// page at its new end; growing in place takes down the old one.
-TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) {
+// page at its new end; growing in place takes down the old one. With
+// `launcher`, the probe runs under it.
+namespace {
+void check_reallocated_blocks_are_guarded(const char* launcher) {
   struct Case {
     const char* from;
     const char* to;
@@ -262,7 +265,9 @@ TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) {
                         Case{"20000000", "40000000", nullptr},     // huge, grown (mremap, or moved)
                         Case{"40000000", "17000000", "in place"},  // huge, shrunk
                         Case{"100000", "20000000", "moved"}}) {    // large to huge
-    Outcome r = run_program({XTEST_SECURE_PROBE, "realloc-guard", c.from, c.to}, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
+    std::vector<std::string> argv = {XTEST_SECURE_PROBE, "realloc-guard", c.from, c.to};
+    if (launcher != nullptr) argv.insert(argv.begin(), launcher);
+    Outcome r = run_program(argv, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
     std::string what = std::string(c.from) + " -> " + c.to + ": ";
     if (c.how != nullptr) {
       EXPECT_NE(r.out.find(c.how), std::string::npos) << what << r.describe();
@@ -271,6 +276,23 @@ TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) {
     EXPECT_EQ(r.signal(), SIGSEGV) << what << r.describe();
     EXPECT_EQ(r.out.find("survived"), std::string::npos) << what << r.describe();
   }
+}
+}  // namespace
+
+TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) { check_reallocated_blocks_are_guarded(nullptr); }
+
+// The same guards where the kernel has no lightweight ones (made with
+// mprotect instead): a large block's, a cached huge block's, and those of
+// blocks resized by realloc.
+TEST(Secure, GuardPagesWithoutLightweightGuards) {
+  Outcome probe = run_program({XTEST_WITHOUT_GUARD_MARKS, "/bin/true"}, {}, 30);
+  if (probe.exited_with(77)) GTEST_SKIP() << "no seccomp filter here: " << probe.describe();
+  for (const char* mode : {"guard", "huge-reuse", "huge-after-free"}) {
+    Outcome r = run_program({XTEST_WITHOUT_GUARD_MARKS, XTEST_SECURE_PROBE, mode}, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
+    EXPECT_EQ(r.signal(), SIGSEGV) << mode << ": " << r.describe();
+    EXPECT_EQ(r.out.find("survived"), std::string::npos) << mode << ": " << r.describe();
+  }
+  check_reallocated_blocks_are_guarded(XTEST_WITHOUT_GUARD_MARKS);
 }
 
 // Freed huge blocks are cached for reuse, inaccessible while cached: a
