@@ -137,16 +137,16 @@ Segment* cache_take(size_t mapping) {
   return best;
 }
 
-// Secure mode: a cached huge block's pages are inaccessible, so a use
-// after free faults as it would on an unmapped block; the header slice,
-// which the cache's links live in, stays readable. A block taken from the
-// cache gets back exactly the bytes it may use: the guard page after it,
-// and whatever its offset leaves in front, stay inaccessible.
 // Secure mode: where a huge block's guard page is, the last of its mapping.
 uintptr_t huge_guard_address(const Segment* segment) {
   return segment->base() + segment->mapping_size - secure::kGuardBytes;
 }
 
+// Secure mode: a cached huge block's pages are inaccessible, so a use
+// after free faults as it would on an unmapped block; the header slice,
+// which the cache's links live in, stays readable. A block taken from the
+// cache gets back exactly the bytes it may use: the guard page after it,
+// and whatever its offset leaves in front, stay inaccessible.
 bool cache_seal(Segment* segment) {
   if (!secure::kEnabled) return true;
   return os::protect_none(reinterpret_cast<void*>(segment->base() + kHugeHeader),
