@@ -51,12 +51,24 @@ constexpr size_t class_size_of(unsigned cls) {
   return 0;  // no such class
 }
 
-// The smallest class that holds `size` bytes (size <= kMaxSlabSize; 0 is
-// served as 1), by search: the lookup tables below are built with it.
-constexpr unsigned class_of_computed(size_t size) {
-  unsigned cls = 0;
-  while (class_size_of(cls) < size) ++cls;
+constexpr unsigned first_class_of_doubling(unsigned k) {
+  unsigned cls = kFineClasses;
+  for (unsigned j = kFirstCoarseShift; j < k; ++j) cls += classes_in_doubling(j);
   return cls;
+}
+
+// The smallest class that holds `size` bytes (1 <= size <= kMaxSlabSize; 0
+// is served as 1), computed: the lookup tables below are built with it.
+constexpr unsigned class_of_computed(size_t size) {
+  if (size <= 128) return size == 0 ? 0 : static_cast<unsigned>((size - 1) >> 4);
+  unsigned e = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^e < size <= 2^(e+1)
+  size_t base = size_t{1} << e;
+  unsigned cls = first_class_of_doubling(e);
+  if (has_header_class(e)) {
+    if (size <= base + base / 8) return cls;
+    ++cls;
+  }
+  return cls + static_cast<unsigned>((size - base - 1) / (base / 4));
 }
 
 // Sizes up to kMaxSmallSize are looked up by 16-byte granule.
