@@ -30,11 +30,13 @@ constexpr bool has_header_class(unsigned k) { return k >= 10 && k < 14; }
 
 constexpr unsigned classes_in_doubling(unsigned k) { return has_header_class(k) ? 5 : 4; }
 
-constexpr unsigned kNumClasses = [] {
-  unsigned n = kFineClasses;
-  for (unsigned k = kFirstCoarseShift; k < kFirstCoarseShift + kCoarseDoublings; ++k) n += classes_in_doubling(k);
-  return n;
-}();  // 48
+constexpr unsigned first_class_of_doubling(unsigned k) {
+  unsigned cls = kFineClasses;
+  for (unsigned j = kFirstCoarseShift; j < k; ++j) cls += classes_in_doubling(j);
+  return cls;
+}
+
+constexpr unsigned kNumClasses = first_class_of_doubling(kFirstCoarseShift + kCoarseDoublings);  // 48
 
 constexpr size_t class_size_of(unsigned cls) {
   if (cls < kFineClasses) return (cls + 1) * 16;
@@ -49,12 +51,6 @@ constexpr size_t class_size_of(unsigned cls) {
     index -= 4;
   }
   return 0;  // no such class
-}
-
-constexpr unsigned first_class_of_doubling(unsigned k) {
-  unsigned cls = kFineClasses;
-  for (unsigned j = kFirstCoarseShift; j < k; ++j) cls += classes_in_doubling(j);
-  return cls;
 }
 
 // The smallest class that holds `size` bytes (1 <= size <= kMaxSlabSize; 0
