@@ -16,7 +16,13 @@ constexpr uintptr_t kSegmentMask = kSegmentSize - 1;
 // Slices: the unit in which segments are split into slabs and large spans.
 constexpr size_t kSliceShift = 16;
 constexpr size_t kSliceSize = size_t{1} << kSliceShift;  // 64 KiB
-constexpr size_t kSlicesPerSegment = kSegmentSize / kSliceSize;  // 512; slice 0 holds the header
+constexpr size_t kSlicesPerSegment = kSegmentSize / kSliceSize;  // 512
+// The first slices of a segment hold its header: 512 page descriptors of
+// two cache lines each (page.h) do not fit in one.
+constexpr size_t kHeaderSlices = 2;
+constexpr size_t kHeaderBytes = kHeaderSlices * kSliceSize;
+// The most slices a span in a segment can have.
+constexpr size_t kPayloadSlices = kSlicesPerSegment - kHeaderSlices;
 
 constexpr size_t kOsPageSize = 4096;
 

@@ -73,7 +73,7 @@ bool keep_sample_span(Page* span) {
 
 // The block starts this far into its mapping (the header is in front of
 // it), or at its alignment if that is larger.
-constexpr size_t kHugeHeader = kSliceSize;
+constexpr size_t kHugeHeader = kHeaderBytes;
 
 Mutex g_huge_lock;
 Segment* g_huge_cache = nullptr;  // most recently freed first
@@ -143,8 +143,8 @@ uintptr_t huge_guard_address(const Segment* segment) {
 }
 
 // Secure mode: a cached huge block's pages are inaccessible, so a use
-// after free faults as it would on an unmapped block; the header slice,
-// which the cache's links live in, stays readable. A block taken from the
+// after free faults as it would on an unmapped block; the header slices,
+// which the cache's links live in, stay readable. A block taken from the
 // cache gets back exactly the bytes it may use: the guard page after it,
 // and whatever its offset leaves in front, stay inaccessible.
 bool cache_seal(Segment* segment) {
@@ -172,7 +172,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t slices = large_slices(usable + extra);
-  if (slices >= kSlicesPerSegment) return huge_alloc(size, alignment, zero);
+  if (slices > kPayloadSlices) return huge_alloc(size, alignment, zero);
   bool is_zero = false;
   Page* span = g_spans.allocate(slices, PageKind::kLarge, &is_zero);
   if (span == nullptr) return fail_enomem();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "config.h"
@@ -30,7 +31,7 @@ enum class PageKind : uint8_t {
   kSlab = 1,   // blocks of one class
   kLarge = 2,  // one block of more than kMaxSlabSize bytes
   kHuge = 3,   // one block with a mapping of its own
-  kHeader = 4, // the segment header slice
+  kHeader = 4, // the segment header's slices
 };
 
 // Where a slab stands with its owning heap (heap.cpp).
@@ -41,8 +42,13 @@ enum class SlabState : uint8_t {
   kFull = 3,      // no free blocks; on no list until enough are freed
 };
 
+// Two cache lines, split by who writes them. A thread that frees another
+// thread's block reads only the second; the owner writes the first on
+// every malloc and free of the slab. Sharing one line, each remote free
+// would take the line back from the owner's core (and the owner's next
+// free take it back again).
 struct alignas(64) Page {
-  // --- hot: read and written by the owning heap's fast paths ---
+  // --- line 1: written by the owning heap's fast paths ---
   FreeBlock* free;  // blocks ready to hand out (slab)
   // Frees that may happen before this slab needs its owner's slow path.
   // A partial slab counts its blocks in use (it is empty at zero); a full
@@ -50,35 +56,6 @@ struct alignas(64) Page {
   // counts its blocks in use plus kCurrentBias, so that it never reaches
   // zero while malloc takes from it.
   uint64_t needed;
-  // Slab: the heap that owns it; otherwise null. Written only while the
-  // slab has no live block, so a free of a live block never races with it.
-  Heap* owner;
-  uintptr_t start;           // first byte of the first block
-  union {
-    uint64_t div_magic;      // slab: (offset * div_magic) < div_magic  <=>  offset is a block start
-    uint64_t large_usable;   // large: bytes the block can hold
-    uint64_t freed_at;       // free span: when it became free (ms), for purge decay
-  };
-  // --- warm ---
-  // Slab: bytes from `start` carved into blocks so far (lazily, in
-  // batches). No block past it has been handed out or listed since the slab
-  // was made, so a pointer there is not a live block: the free path checks.
-  // Written by the owning heap, read by any thread that frees into the slab
-  // (relaxed atomics: it only grows while blocks of the slab are live, and a
-  // block was carved before it was handed to the thread that frees it).
-  uint32_t carved_end;
-  // Written under the span allocator's lock (or before the span is handed
-  // out); read by any thread that frees into the span.
-  uint16_t slice_count : 12; // span length in slices
-  uint16_t kind_bits : 4;    // PageKind
-  uint8_t size_class;        // slab
-  // Written by the owning heap only, so in a byte of their own: a remote
-  // free reading `kind` must not race with the owner updating these.
-  uint8_t state_bits : 2;    // SlabState
-  uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
-  uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
-  uint8_t guard_protected : 1; // large/huge, secure mode: its guard page is PROT_NONE, not a mark (os.h)
-  uint8_t unused_bits : 3;
   union {
     Page* next;              // slab: heap's partial list; free: span bin list
     uint64_t sample_bytes;   // large/huge block the profiler sampled: its requested size
@@ -87,6 +64,36 @@ struct alignas(64) Page {
     Page* prev;
     uint64_t sample_stack;   // ...: its stack's index in the profiler's table
   };
+  // Written by the owning heap only (or under the span allocator's lock
+  // before the span is handed out).
+  uint8_t state_bits : 2;    // SlabState
+  uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
+  uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
+  uint8_t guard_protected : 1; // large/huge, secure mode: its guard page is PROT_NONE, not a mark (os.h)
+  uint8_t unused_bits : 3;
+
+  // --- line 2: read by any thread that frees into the span ---
+  // Slab: the heap that owns it; otherwise null. Written only while the
+  // slab has no live block, so a free of a live block never races with it.
+  alignas(64) Heap* owner;
+  uintptr_t start;           // first byte of the first block
+  union {
+    uint64_t div_magic;      // slab: (offset * div_magic) < div_magic  <=>  offset is a block start
+    uint64_t large_usable;   // large: bytes the block can hold
+    uint64_t freed_at;       // free span: when it became free (ms), for purge decay
+  };
+  // Slab: bytes from `start` carved into blocks so far (lazily, in
+  // batches). No block past it has been handed out or listed since the slab
+  // was made, so a pointer there is not a live block: the free path checks.
+  // Written by the owning heap, read by any thread that frees into the slab
+  // (relaxed atomics: it only grows while blocks of the slab are live, and a
+  // block was carved before it was handed to the thread that frees it).
+  uint32_t carved_end;
+  // Written under the span allocator's lock (or before the span is handed
+  // out).
+  uint16_t slice_count : 12; // span length in slices
+  uint16_t kind_bits : 4;    // PageKind
+  uint8_t size_class;        // slab
 
   PageKind kind() const { return static_cast<PageKind>(kind_bits); }
   void set_kind(PageKind k) { kind_bits = static_cast<uint16_t>(k) & 15; }
@@ -102,7 +109,8 @@ struct alignas(64) Page {
   bool fully_carved() const { return carved_bytes() == capacity() * block_size(); }
 };
 
-static_assert(sizeof(Page) == 64);
+static_assert(sizeof(Page) == 128);
+static_assert(offsetof(Page, owner) == 64);
 static_assert(sizeof(FreeBlock) <= kMinAlignment);
 
 constexpr uint64_t kCurrentBias = uint64_t{1} << 62;

@@ -28,15 +28,15 @@ Segment* segment_create() {
   // The mapping is fresh, so every field not set here is already zero.
   segment->kind = SegmentKind::kNormal;
   segment->mapping_size = kSegmentSize;
-  segment->used_slices = 1;
-  segment->dirty[0] = 1;  // the header slice
-  stats::add(stats::g_global.committed, kSliceSize);
+  segment->used_slices = kHeaderSlices;
+  segment->dirty[0] = (uint64_t{1} << kHeaderSlices) - 1;  // the header's slices
+  stats::add(stats::g_global.committed, kHeaderBytes);
 
   Page* header = &segment->pages[0];
   header->set_kind(PageKind::kHeader);
-  header->slice_count = 1;
+  header->slice_count = kHeaderSlices;
   header->start = segment->base();
-  segment->page_of_slice[0] = header;
+  for (size_t i = 0; i < kHeaderSlices; ++i) segment->page_of_slice[i] = header;
 
   segment_map_set(segment->base(), kSegmentSize, true);
   stats::add(stats::g_global.mapped, kSegmentSize);
@@ -61,7 +61,7 @@ void segment_protect_header(uintptr_t base) {
   if (!secure::kEnabled) return;
   // Never taken down: they go with the mapping.
   os::guard_install(reinterpret_cast<void*>(base), secure::kGuardBytes);
-  os::guard_install(reinterpret_cast<void*>(base + kSliceSize - secure::kGuardBytes), secure::kGuardBytes);
+  os::guard_install(reinterpret_cast<void*>(base + kHeaderBytes - secure::kGuardBytes), secure::kGuardBytes);
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // Segments: the naturally aligned regions all memory comes from.
 //
-// A segment is kSegmentSize bytes aligned to kSegmentSize. Its first slice
-// holds this header; the other slices form spans (slabs, large blocks or
+// A segment is kSegmentSize bytes aligned to kSegmentSize. Its first slices
+// hold this header; the other slices form spans (slabs, large blocks or
 // free space) whose descriptors live in `pages`. Any address inside the
 // first granule finds its descriptor by arithmetic: mask to the segment,
 // shift to the slice, one load from page_of_slice. Huge blocks are segments
@@ -56,8 +56,8 @@ struct Segment {
   uintptr_t slice_address(size_t index) const { return base() + (index << kSliceShift); }
 };
 
-static_assert(kSegmentHeaderOffset + sizeof(Segment) + secure::kGuardBytes <= kSliceSize,
-              "the header (and its guard pages) must fit in slice 0");
+static_assert(kSegmentHeaderOffset + sizeof(Segment) + secure::kGuardBytes <= kHeaderBytes,
+              "the header (and its guard pages) must fit in its slices");
 
 // ---------------------------------------------------------------------------
 // Segment map

@@ -39,8 +39,6 @@ size_t burst_threshold_bytes(size_t budget) {
 
 namespace {
 
-constexpr size_t kPayloadSlices = kSlicesPerSegment - 1;
-
 inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
 
 void map_slices(Segment* segment, size_t first, size_t count, Page* page) {
@@ -142,8 +140,8 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   // off the front rewrites no entry of the rest (with every entry pointing
   // at the head, each split rewrote all of them: some 60,000 instructions
   // for the first 30 slabs of a short-lived process).
-  for (size_t i = 2; i < kSlicesPerSegment - 1; ++i) segment->page_of_slice[i] = &segment->pages[i];
-  insert_free(segment, 1, kPayloadSlices, 0, Map::kEnds);
+  for (size_t i = kHeaderSlices + 1; i < kSlicesPerSegment - 1; ++i) segment->page_of_slice[i] = &segment->pages[i];
+  insert_free(segment, kHeaderSlices, kPayloadSlices, 0, Map::kEnds);
   return segment;
 }
 
@@ -393,9 +391,9 @@ size_t SpanAllocator::unmap_empty_segments_locked(size_t keep) {
   size_t released = 0;
   for (Segment* segment = segments_; segment != nullptr && free_segments_ > keep;) {
     Segment* next = segment->next;
-    Page* span = segment->page_of_slice[1];
+    Page* span = segment->page_of_slice[kHeaderSlices];
     if (span->kind() == PageKind::kFree && span->slice_count == kPayloadSlices &&
-        segment_range_is_clean(segment, 1, kPayloadSlices)) {
+        segment_range_is_clean(segment, kHeaderSlices, kPayloadSlices)) {
       remove_free(span);
       if (segment->prev != nullptr) segment->prev->next = segment->next;
       else segments_ = segment->next;
@@ -424,8 +422,8 @@ void SpanAllocator::check_invariants() {
   for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
     XALLOC_CHECK(segment->kind == SegmentKind::kNormal);
     XALLOC_CHECK(segment_map_entry(segment->base()) == kMapSegmentHead);
-    [[maybe_unused]] size_t used = 1;
-    size_t i = 1;
+    [[maybe_unused]] size_t used = kHeaderSlices;
+    size_t i = kHeaderSlices;
     while (i < kSlicesPerSegment) {
       Page* span = segment->page_of_slice[i];
       XALLOC_CHECK(span == &segment->pages[i]);

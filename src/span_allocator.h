@@ -41,7 +41,7 @@ namespace xalloc {
 
 class SpanAllocator {
  public:
-  // A span of `slices` slices (1 <= slices < kSlicesPerSegment) of the
+  // A span of `slices` slices (1 <= slices <= kPayloadSlices) of the
   // given kind; *is_zero tells whether all its memory reads as zero. Null
   // when the OS has no memory. A span's kind and length change only under
   // this allocator's lock, since other threads read its neighbours' kinds.
@@ -75,7 +75,7 @@ class SpanAllocator {
   void for_each_used_span(Fn fn) {
     LockGuard guard(lock_);
     for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
-      for (size_t i = 1; i < kSlicesPerSegment;) {
+      for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
         Page* span = segment->page_of_slice[i];
         if (span->kind() != PageKind::kFree) fn(span);
         i += span->slice_count != 0 ? span->slice_count : 1;
