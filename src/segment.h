@@ -38,6 +38,7 @@ struct Segment {
   Segment* prev;
   uint64_t freed_at;          // huge cache: when the block was freed (ms)
   uint8_t huge_purged;        // huge cache: its pages were given back
+  uint8_t huge_sealed;        // huge cache, secure mode: and made inaccessible (large.cpp)
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.
   uint64_t dirty[kSlicesPerSegment / 64];

@@ -295,9 +295,10 @@ TEST(Secure, GuardPagesWithoutLightweightGuards) {
   check_reallocated_blocks_are_guarded(XTEST_WITHOUT_GUARD_MARKS);
 }
 
-// Freed huge blocks are cached for reuse, inaccessible while cached: a
-// block taken from the cache is writable to its usable size and followed
-// by a guard page, and a write into a cached block faults.
+// Freed huge blocks are cached for reuse and made inaccessible when their
+// pages are given back: at once for a burst beyond the dirty budget, else
+// after the purge delay. A block taken from the cache is writable to its
+// usable size and followed by a guard page.
 TEST(Secure, CachedHugeBlockIsGuardedAndSealed) {
   Outcome reused = secure_probe("huge-reuse");
   EXPECT_NE(reused.out.find("cached mapping"), std::string::npos) << reused.describe();
@@ -306,6 +307,11 @@ TEST(Secure, CachedHugeBlockIsGuardedAndSealed) {
   Outcome after_free = secure_probe("huge-after-free");
   EXPECT_EQ(after_free.signal(), SIGSEGV) << after_free.describe();
   EXPECT_EQ(after_free.out.find("survived"), std::string::npos) << after_free.describe();
+  const std::vector<std::string> decay = {preload(XTEST_LIBXALLOC_SECURE), "XALLOC_PURGE_DELAY_MS=100",
+                                          "XALLOC_BACKGROUND_PURGE=1"};
+  Outcome after_delay = run_program({XTEST_SECURE_PROBE, "huge-after-delay"}, decay, 30);
+  EXPECT_EQ(after_delay.signal(), SIGSEGV) << after_delay.describe();
+  EXPECT_EQ(after_delay.out.find("survived"), std::string::npos) << after_delay.describe();
   // The default build caches the block too, and keeps it accessible.
   Outcome plain = secure_probe("huge-after-free", XTEST_LIBXALLOC);
   EXPECT_TRUE(plain.exited_ok()) << plain.describe();

@@ -12,7 +12,12 @@
  *                             byte just past its pages: must fault
  *   secure_probe huge-reuse   frees a 24 MiB block, takes a 22 MiB one (the cached
  *                             mapping), fills its usable size, writes just past it: must fault
- *   secure_probe huge-after-free  frees a 24 MiB block, writes into it: must fault
+ *   secure_probe huge-after-free  frees a 24 MiB block (a burst beyond the dirty budget:
+ *                             given back at once), writes into it: must fault
+ *   secure_probe huge-after-delay  frees an 18 MiB block (within the burst threshold:
+ *                             kept resident for reuse), sleeps a second, writes into
+ *                             it: must fault once the purge delay (XALLOC_PURGE_DELAY_MS,
+ *                             with XALLOC_BACKGROUND_PURGE=1) has given it back
  *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
  *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
  *   secure_probe delay        frees a block, then mallocs and frees 64-byte blocks until
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Hides a pointer from the compiler's analyses (no warnings about the
  * deliberate misuse, no folding of the calls). */
@@ -127,13 +133,15 @@ static int huge_reuse(void) {
   return 0;
 }
 
-static int huge_after_free(void) {
-  char* p = launder(malloc(24 * kHugeMiB));
+/* Frees a huge block of `mib` MiB, waits `wait_ms`, writes into it. */
+static int write_after_free(size_t mib, unsigned wait_ms) {
+  char* p = launder(malloc(mib * kHugeMiB));
   memset(p, 'a', malloc_usable_size(p));
   uintptr_t address = (uintptr_t)p;
   free(p);
+  if (wait_ms != 0) usleep(wait_ms * 1000u);
   say_block(address);
-  ((char*)launder((void*)address))[12 * kHugeMiB] = 'X'; /* the use after free */
+  ((char*)launder((void*)address))[mib / 2 * kHugeMiB] = 'X'; /* the use after free */
   printf("survived\n");
   return 0;
 }
@@ -190,10 +198,11 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "realloc-guard") == 0 && argc == 4)
     return realloc_guard(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
   if (strcmp(mode, "huge-reuse") == 0) return huge_reuse();
-  if (strcmp(mode, "huge-after-free") == 0) return huge_after_free();
+  if (strcmp(mode, "huge-after-free") == 0) return write_after_free(24, 0);
+  if (strcmp(mode, "huge-after-delay") == 0) return write_after_free(18, 1000);
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
   return 2;
 }
