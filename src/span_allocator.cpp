@@ -18,7 +18,10 @@ namespace {
 // The dirty budget's boost (a shift), set under the span allocator's lock
 // by review_budget_locked, read anywhere.
 std::atomic<unsigned> g_budget_boost{0};
-constexpr unsigned kMaxBudgetBoost = 2;
+constexpr unsigned kMaxBudgetBoost = 4;
+// Review periods (a tenth of the delay each) of calm before the boost
+// steps down: a whole delay.
+constexpr unsigned kCalmPeriodsPerStep = 10;
 
 }  // namespace
 
@@ -339,10 +342,14 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 // for every page it reuses). So every review period (a tenth of the delay)
 // looks at what happened to the memory purged for the budget: when at
 // least half of it was taken again (and at least 1 MiB), the budget
-// becomes four times its size; once free memory has stayed within the
-// budget one step smaller for a whole period, it halves again. It only
-// ever holds memory for part of the delay: the delay itself still purges
-// everything older.
+// becomes sixteen times its size; once free memory has stayed within the
+// budget one step smaller for a whole delay, it halves. (Stepping down
+// after one calm period, a program that churns in cycles longer than that
+// - buffers grown by realloc past a few MiB - had its budget back at x1
+// before each cycle's memory was taken again, and faulted it all in again:
+// realloc_growth 50m took twice the page faults.) It only ever holds
+// memory for part of the delay: the delay itself still purges everything
+// older.
 void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   if (now_ms < next_budget_review_ms_) return;
   uint64_t period = g_options.purge_delay_ms / 10;
@@ -352,8 +359,14 @@ void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   size_t budget = dirty_budget_bytes() >> kSliceShift;
   if (budget_reused_slices_ >= kMinimumEvidence && budget_reused_slices_ * 2 >= budget_purged_slices_) {
     boost = kMaxBudgetBoost;
+    calm_periods_ = 0;
   } else if (boost > 0 && peak_dirty_free_slices_ <= budget / 2) {
-    --boost;
+    if (++calm_periods_ == kCalmPeriodsPerStep) {
+      --boost;
+      calm_periods_ = 0;
+    }
+  } else {
+    calm_periods_ = 0;
   }
   g_budget_boost.store(boost, std::memory_order_relaxed);
   budget_purged_slices_ = 0;

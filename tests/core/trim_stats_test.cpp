@@ -1,12 +1,14 @@
 // xalloc_trim gives memory back, and the statistics describe the heap.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "slab.h"
 #include "slab_pool.h"
+#include "span_allocator.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -96,6 +98,45 @@ TEST(Purge, BurstOfHugeFreesGoesBackWithoutTrim) {
   xalloc_stats_t freed = stats();
   EXPECT_LE(freed.committed + 80 * kMiB, full.committed)
       << "committed " << full.committed << " -> " << freed.committed << " right after the frees";
+}
+
+// The dirty budget grows while memory purged to keep within it is taken
+// back, and steps down only after a whole purge delay (500 ms) of calm.
+TEST(Purge, BudgetGrowsUnderReuseAndShrinksOnlyAfterADelayOfCalm) {
+  using Clock = std::chrono::steady_clock;
+  // Any large free lets the span allocator purge and review its budget.
+  auto nudge = [] { xalloc_free(xalloc_malloc(256 * 1024)); };
+  // 16 MiB of large blocks, freed (beyond the 4 MiB budget of a small
+  // heap: purged after 50 ms) and taken back, a few times over.
+  constexpr int kBlocks = 8;
+  void* blocks[kBlocks];
+  for (int round = 0; round < 6 && xalloc::dirty_budget_boost() == 0; ++round) {
+    for (void*& p : blocks) {
+      p = xalloc_malloc(2 * kMiB);
+      ASSERT_NE(p, nullptr);
+      xtest::touch_pages(p, 2 * kMiB, 1);
+    }
+    for (void* p : blocks) xalloc_free(p);
+    std::this_thread::sleep_for(std::chrono::milliseconds(70));
+    nudge();
+  }
+  ASSERT_GT(xalloc::dirty_budget_boost(), 0u) << "purged memory taken back did not grow the budget";
+  unsigned grown = xalloc::dirty_budget_boost();
+  // Calm: nothing but the nudges. A quarter of the delay on, the budget has
+  // not stepped down (unless this machine stalled the test past the delay).
+  auto calm_start = Clock::now();
+  while (Clock::now() - calm_start < std::chrono::milliseconds(200)) {
+    nudge();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (Clock::now() - calm_start < std::chrono::milliseconds(400)) {
+    EXPECT_EQ(xalloc::dirty_budget_boost(), grown) << "stepped down within a fraction of the delay";
+  }
+  while (xalloc::dirty_budget_boost() == grown && Clock::now() - calm_start < std::chrono::seconds(5)) {
+    nudge();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LT(xalloc::dirty_budget_boost(), grown) << "still grown after 5 s of calm";
 }
 
 TEST(Trim, NothingToTrim) {
