@@ -167,7 +167,6 @@ Segment* cache_take(size_t mapping) {
   return best;
 }
 
-
 void huge_unmap(Segment* segment) {
   if (!segment->huge_purged) stats::sub(stats::g_global.committed, segment->mapping_size);
   segment_destroy(segment);
