@@ -1,5 +1,7 @@
 #include "remote_free.h"
 
+#include <bit>
+
 #include "heap.h"
 #include "options.h"
 #include "thread_registry.h"
@@ -27,8 +29,9 @@ size_t slot_for(Outbox& outbox, Heap* dest) {
   uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
   size_t slot = static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
   if (outbox.dest[slot] != dest) {
-    send_slot(outbox, slot);
+    if (outbox.dest[slot] != nullptr) send_slot(outbox, slot);
     outbox.dest[slot] = dest;
+    outbox.used_slots |= uint32_t{1} << slot;
   }
   return slot;
 }
@@ -109,10 +112,15 @@ void outbox_flush(Outbox& outbox) {
     for (end = start + 1; end < count && dest_of(staged[end]) == dest; ++end) bytes += size_of(staged[end]);
     link_run(outbox, slot_for(outbox, dest), staged + start, end - start, bytes);
   }
-  for (size_t slot = 0; slot < kOutboxSlots; ++slot) {
+  // Only the slots this flush used: a flush of a few big blocks (the byte
+  // budget sends every 16 KiB) would otherwise spend most of its time
+  // looking at empty ones.
+  for (uint32_t used = outbox.used_slots; used != 0; used &= used - 1) {
+    auto slot = static_cast<size_t>(std::countr_zero(used));
     send_slot(outbox, slot);
     outbox.dest[slot] = nullptr;
   }
+  outbox.used_slots = 0;
   outbox.stage_next = outbox.stage;
   outbox.budget = g_options.remote_batch_bytes;
 }

@@ -36,7 +36,7 @@ namespace xalloc {
 
 struct Heap;
 
-constexpr size_t kOutboxSlots = 16;
+constexpr size_t kOutboxSlots = 16;  // destinations a send links lists for at once (<= 32: a mask)
 
 // Each destination gets its blocks on this many lists ("lanes"), filled in
 // turn. The owner walks them side by side when it drains: a linked list
@@ -82,7 +82,10 @@ struct Outbox {
   // after heap_init and after each send.
   size_t budget = 0;
   size_t blocks = 0;  // ever sent (statistics)
-  // While sending: the lists of a slot, one per lane, run head to tail.
+  // While sending: the lists of a slot, one per lane, run head to tail;
+  // `used_slots` has a bit set for each slot that holds a destination.
+  uint32_t used_slots = 0;
+  static_assert(kOutboxSlots <= 32);
   Heap* dest[kOutboxSlots] = {};
   FreeBlock* head[kOutboxSlots][kLanes] = {};
   FreeBlock* tail[kOutboxSlots][kLanes] = {};
