@@ -41,21 +41,24 @@ Heap* dest_of(StagedBlock staged) { return reinterpret_cast<Heap*>(staged.owner_
 size_t size_of(StagedBlock staged) { return kClassSize[staged.owner_and_class & kStagedClassMask]; }
 
 // Links `count` staged blocks of one destination, of `bytes` in all, onto
-// the lists of `slot`. The slot's blocks go to its lanes in turn, across
-// runs too (runs are short where frees for several owners interleave), so
-// that neighbouring blocks land on different lists.
+// one of the lists of `slot`, chosen by the run's first page, so that runs
+// spread over the lanes. A run stays on one list, in order: the blocks a
+// thread frees one after the other are mostly neighbours (allocated one
+// after the other), and the owner's drain then walks each run in address
+// order, which the hardware prefetcher follows, with other runs on the
+// other lanes. Dealing a run's blocks out to the lanes in turn made the
+// drain fetch neighbouring lines four at a time and out of order: with
+// one thread allocating and another freeing on two cores (xmalloc-test),
+// 2.5 s instead of 1.3 s.
 void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count, size_t bytes) {
-  size_t first_lane = outbox.slot_blocks[slot];
-  for (size_t k = 0; k < kLanes && k < count; ++k) {
-    size_t lane = (first_lane + k) & (kLanes - 1);
-    FreeBlock* head = outbox.head[slot][lane];
-    if (head == nullptr) outbox.tail[slot][lane] = run[k].block;
-    for (size_t i = k; i < count; i += kLanes) {
-      set_remote_next(run[i].block, head);
-      head = run[i].block;
-    }
-    outbox.head[slot][lane] = head;
+  size_t lane = (reinterpret_cast<uintptr_t>(run[0].block) / kOsPageSize) & (kLanes - 1);
+  FreeBlock* head = outbox.head[slot][lane];
+  if (head == nullptr) outbox.tail[slot][lane] = run[0].block;
+  for (size_t i = 0; i < count; ++i) {
+    set_remote_next(run[i].block, head);
+    head = run[i].block;
   }
+  outbox.head[slot][lane] = head;
   outbox.slot_bytes[slot] += bytes;
   outbox.slot_blocks[slot] += count;
 }

@@ -38,10 +38,11 @@ struct Heap;
 
 constexpr size_t kOutboxSlots = 16;  // destinations a send links lists for at once (<= 32: a mask)
 
-// Each destination gets its blocks on this many lists ("lanes"), filled in
-// turn. The owner walks them side by side when it drains: a linked list
-// costs a cache miss per block, one after the other, and independent lists
-// let those misses overlap.
+// Each destination gets its blocks on this many lists ("lanes"), a run of
+// blocks (consecutive frees for one owner) on one lane. The owner walks
+// the lanes side by side when it drains: a linked list costs a cache miss
+// per block, one after the other, and independent lists let those misses
+// overlap.
 constexpr size_t kLanes = 4;
 
 // Lists of blocks on their way to their owner run through the blocks'
