@@ -18,8 +18,6 @@ void send_slot(Outbox& outbox, size_t slot) {
     outbox.slot_bytes[slot] = 0;
     outbox.head[slot][lane] = outbox.tail[slot][lane] = nullptr;
   }
-  outbox.blocks += outbox.slot_blocks[slot];
-  outbox.slot_blocks[slot] = 0;
 }
 
 // The slot that serves `dest`, after sending what it holds for another
@@ -60,7 +58,7 @@ void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count,
   }
   outbox.head[slot][lane] = head;
   outbox.slot_bytes[slot] += bytes;
-  outbox.slot_blocks[slot] += count;
+  outbox.blocks += count;
 }
 
 // A thread without a heap of its own that frees another heap's block: it

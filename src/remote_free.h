@@ -91,7 +91,6 @@ struct Outbox {
   FreeBlock* head[kOutboxSlots][kLanes] = {};
   FreeBlock* tail[kOutboxSlots][kLanes] = {};
   size_t slot_bytes[kOutboxSlots] = {};
-  size_t slot_blocks[kOutboxSlots] = {};
 };
 
 // Pushes the list head..tail onto lane `lane` of `dest`'s inbox; `bytes`

@@ -125,7 +125,7 @@ class SpanAllocator {
   size_t budget_purged_slices_ = 0;
   size_t budget_reused_slices_ = 0;
   size_t peak_dirty_free_slices_ = 0;
-  unsigned calm_periods_ = 0;  // in a row, with the boost's next step down not needed
+  unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
 };
 
 extern SpanAllocator g_spans;
