@@ -44,7 +44,7 @@ void free_foreign(void* ptr, Caller caller) {
 XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
   if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
-  if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_bytes()))
+  if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_limit_now()))
     report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
   // Without a canary the check that failed read the marker; if it is gone
   // now, the owner handed the block out again after the first free. A
@@ -204,7 +204,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   // every block is free.
   if (XALLOC_UNLIKELY(owner == nullptr)) return free_unowned(page, block, caller);
   XALLOC_CHECK(page->kind() == PageKind::kSlab);
-  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_bytes())) ||
+  if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_limit_now())) ||
       XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
   if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap)) return free_slab_block_slow(page, block);
@@ -263,7 +263,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
     case PageKind::kSlab: {
       if (!is_block_start(page, address))
         report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
-      if (!is_carved_block_start(page, address, page->carved_bytes()))
+      if (!is_carved_block_start(page, address, page->carved_limit_now()))
         report_misuse("invalid realloc (pointer into free memory)", ptr, page->block_size(), caller);
       if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(static_cast<FreeBlock*>(ptr)))
         report_misuse("realloc of a freed block", ptr, page->block_size(), caller);

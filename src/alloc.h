@@ -50,12 +50,13 @@ XALLOC_INLINE void* alloc(size_t size) {
 
 XALLOC_INLINE void free(void* ptr, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
-  if (XALLOC_LIKELY(segment_map_entry(address) == kMapSegmentHead)) {
-    Page* page = page_of(segment_of(address), address);
+  uintptr_t map_index = segment_map_index(address);
+  if (XALLOC_LIKELY(segment_map_entry_at(map_index) == kMapSegmentHead)) {
+    Page* page = page_of(segment_at_index(map_index), address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
     if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
-    if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_end))) {
+    if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_limit))) {
       if (secure::kEnabled) return quarantine_free(heap, page, block);
       slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);

@@ -275,7 +275,7 @@ void check_slab(const Heap* heap, const Page* page) {
   size_t free_count = 0;
   for (FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) {
     auto a = reinterpret_cast<uintptr_t>(b);
-    XALLOC_CHECK(is_carved_block_start(page, a, page->carved_bytes()));
+    XALLOC_CHECK(is_carved_block_start(page, a, page->carved_limit_now()));
     XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(b));
     XALLOC_CHECK(++free_count <= page->carved());
   }

@@ -78,7 +78,7 @@ struct alignas(64) Page {
   alignas(64) Heap* owner;
   uintptr_t start;           // first byte of the first block
   union {
-    uint64_t div_magic;      // slab: (offset * div_magic) < div_magic  <=>  offset is a block start
+    uint64_t div_magic;      // slab: its class's div_magic_of (size_classes.h)
     uint64_t large_usable;   // large: bytes the block can hold
     uint64_t freed_at;       // free span: when it became free (ms), for purge decay
   };
@@ -88,6 +88,9 @@ struct alignas(64) Page {
   // Written by the owning heap, read by any thread that frees into the slab
   // (relaxed atomics: it only grows while blocks of the slab are live, and a
   // block was carved before it was handed to the thread that frees it).
+  // carved_limit is carved_end * div_magic (modulo 2^64), what the free
+  // path compares with: is_carved_block_start (slab.h).
+  uint64_t carved_limit;
   uint32_t carved_end;
   // Written under the span allocator's lock (or before the span is handed
   // out).
@@ -104,7 +107,11 @@ struct alignas(64) Page {
   // Slab: blocks that fit, and blocks carved so far.
   uint32_t capacity() const { return kClassInfo[size_class].capacity; }
   uint32_t carved_bytes() const { return __atomic_load_n(&carved_end, __ATOMIC_RELAXED); }
-  void set_carved_bytes(uint32_t bytes) { __atomic_store_n(&carved_end, bytes, __ATOMIC_RELAXED); }
+  uint64_t carved_limit_now() const { return __atomic_load_n(&carved_limit, __ATOMIC_RELAXED); }
+  void set_carved_bytes(uint32_t bytes) {
+    __atomic_store_n(&carved_end, bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&carved_limit, bytes * div_magic, __ATOMIC_RELAXED);
+  }
   uint32_t carved() const { return carved_bytes() / block_size(); }
   bool fully_carved() const { return carved_bytes() == capacity() * block_size(); }
 };

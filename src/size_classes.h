@@ -75,8 +75,20 @@ struct ClassInfo {
   uint32_t size;
   uint16_t slices;    // slab length in slices
   uint16_t capacity;  // blocks per slab
-  uint64_t div_magic; // (offset * div_magic) <= div_magic - 1  <=>  offset % size == 0
+  uint64_t div_magic; // div_magic_of(size): slab.h's block-start tests
 };
+
+// floor(2^64 / size) + 1. With e = size * magic - 2^64, which lies in
+// [1, size], an offset k * size + r (0 <= r < size) times magic is, modulo
+// 2^64, k * e when r == 0 and at least magic otherwise (for any offset
+// within a slab: no product wraps), so one comparison tells a block start
+// (below magic) and, against c * e, a start among the first c blocks
+// (is_carved_block_start in slab.h).
+constexpr uint64_t div_magic_of(size_t size) {
+  uint64_t all = ~uint64_t{0};
+  bool divides_2_64 = all % size == size - 1;
+  return all / size + (divides_2_64 ? 1 : 0) + 1;
+}
 
 constexpr ClassInfo make_class_info(unsigned cls) {
   size_t size = class_size_of(cls);
@@ -90,7 +102,7 @@ constexpr ClassInfo make_class_info(unsigned cls) {
     ++slices;
   size_t capacity = slices * kSliceSize / size;
   return ClassInfo{static_cast<uint32_t>(size), static_cast<uint16_t>(slices), static_cast<uint16_t>(capacity),
-                   ~uint64_t{0} / size + 1};
+                   div_magic_of(size)};
 }
 
 constexpr auto kClassInfo = [] {

@@ -50,24 +50,22 @@ XALLOC_INLINE uintptr_t link_key(const Page* page) {
 }
 
 // True when `address` is the start of a block of `page` (a slab):
-// divisibility by the class size without a division.
+// divisibility by the class size without a division (div_magic_of).
 XALLOC_INLINE bool is_block_start(const Page* page, uintptr_t address) {
   return (address - page->start) * page->div_magic < page->div_magic;
 }
 
 // True when `address`, which lies in `page`'s span (the slice map says so,
-// so its offset fits in 32 bits), is the start of a block of `page` that
-// has been carved; `carved` is page->carved_end, which the slab's owner
-// reads plainly (it is the only writer) and other threads atomically. A
-// block past the carved part was never handed out by this slab: freeing it
-// is misuse (typically a double free of a block of an earlier slab in the
-// same memory), and it has no free marker to tell, as its memory may have
-// been purged since. (The offset is computed once, not through
-// is_block_start: so the free path compares its low half with `carved` in
-// one instruction.)
-XALLOC_INLINE bool is_carved_block_start(const Page* page, uintptr_t address, uint32_t carved) {
-  uintptr_t offset = address - page->start;
-  return static_cast<uint32_t>(offset) < carved && offset * page->div_magic < page->div_magic;
+// so it is not below `start`), is the start of a block of `page` that has
+// been carved; `limit` is page->carved_limit, which the slab's owner reads
+// plainly (it is the only writer) and other threads atomically: one
+// multiplication and one comparison (div_magic_of). A block past the
+// carved part was never handed out by this slab: freeing it is misuse
+// (typically a double free of a block of an earlier slab in the same
+// memory), and it has no free marker to tell, as its memory may have been
+// purged since.
+XALLOC_INLINE bool is_carved_block_start(const Page* page, uintptr_t address, uint64_t limit) {
+  return (address - page->start) * page->div_magic < limit;
 }
 
 XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next) {
@@ -78,8 +76,7 @@ XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next) {
 XALLOC_INLINE FreeBlock* next_free(const Page* page, const FreeBlock* block) {
   FreeBlock* next = encode_link(page, block->next);
   if (secure::kEnabled && next != nullptr) {
-    auto a = reinterpret_cast<uintptr_t>(next);
-    if (XALLOC_UNLIKELY(a - page->start >= page->carved_bytes() || !is_block_start(page, a)))
+    if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(next), page->carved_limit_now())))
       report_corrupt_free_list(page, block);
   }
   return next;
@@ -138,11 +135,11 @@ XALLOC_INLINE bool slab_mark_free(const Page* page, FreeBlock* block) {
 }
 
 // Validates a block being freed and marks it free; false if it is not a
-// carved block of `page` (`carved` as for is_carved_block_start) or
+// carved block of `page` (`limit` as for is_carved_block_start) or
 // slab_mark_free refuses it.
-XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block, uint32_t carved) {
+XALLOC_INLINE bool slab_check_and_mark(const Page* page, FreeBlock* block, uint64_t limit) {
   if (!XALLOC_MISUSE_CHECKS) return true;
-  return XALLOC_LIKELY(is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), carved)) &&
+  return XALLOC_LIKELY(is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), limit)) &&
          slab_mark_free(page, block);
 }
 

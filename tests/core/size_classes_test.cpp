@@ -132,6 +132,15 @@ TEST(SizeClasses, ClassInfoTable) {
       EXPECT_LT(off * info.div_magic, info.div_magic) << "class " << c << " offset " << off;
     for (uint64_t off : {uint64_t{1}, uint64_t{8}, uint64_t{info.size} - 1, uint64_t{info.size} + 8})
       EXPECT_GE(off * info.div_magic, info.div_magic) << "class " << c << " offset " << off;
+    // ...and, against carved * div_magic, a start among the first `carved`
+    // blocks: one comparison (is_carved_block_start).
+    for (uint64_t carved : {uint64_t{0}, uint64_t{1}, uint64_t{info.capacity} / 2, uint64_t{info.capacity}}) {
+      uint64_t limit = carved * info.size * info.div_magic;
+      for (uint64_t off = 0; off < slab; off += (off % info.size == 0 ? 8 : info.size - off % info.size)) {
+        bool carved_start = off % info.size == 0 && off / info.size < carved;
+        EXPECT_EQ(off * info.div_magic < limit, carved_start) << "class " << c << " carved " << carved << " offset " << off;
+      }
+    }
   }
 }
 
