@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "debug.h"
+#include "heap.h"
 #include "large.h"
 #include "options.h"
 #include "platform/os.h"
@@ -25,11 +26,18 @@ constexpr unsigned kCalmPeriodsPerStep = 10;
 
 }  // namespace
 
+namespace {
+
+size_t in_use_bytes() {
+  return stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
+         stats::g_global.large_in_use.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
 size_t dirty_budget_bytes() {
   constexpr size_t kMinimum = size_t{4} << 20;
-  size_t in_use = stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
-                  stats::g_global.large_in_use.load(std::memory_order_relaxed);
-  size_t share = in_use / 100 * g_options.dirty_percent;
+  size_t share = in_use_bytes() / 100 * g_options.dirty_percent;
   return (share > kMinimum ? share : kMinimum) << g_budget_boost.load(std::memory_order_relaxed);
 }
 
@@ -129,6 +137,16 @@ Page* SpanAllocator::take_fitting(size_t slices) {
   }
   uint32_t higher = nonempty_bins_ & ~((2u << bin) - 1);
   if (higher == 0) return nullptr;
+  // From the larger bins, the shortest span unless a longer one's front is
+  // still resident: taking that faults nothing in, and free memory held
+  // for reuse (dirty_allowance_bytes_locked) is reused before fresh memory
+  // is touched. (Only each bin's head is looked at: the most recently
+  // freed of its spans.)
+  for (uint32_t rest = higher; rest != 0; rest &= rest - 1) {
+    Page* head = bins_[std::countr_zero(rest)];
+    Segment* segment = segment_of_page(head);
+    if (segment_dirty_count(segment, segment->slice_index(head), slices) == slices) return head;
+  }
   return bins_[std::countr_zero(higher)];
 }
 
@@ -245,15 +263,17 @@ void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
 void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
+  // (The span's bytes left the count of memory in use just before.)
+  note_in_use_locked(in_use_bytes() + span->span_bytes());
   release_locked(span, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
-  size_t budget_bytes = dirty_budget_bytes();
-  size_t budget = budget_bytes >> kSliceShift;
-  // A burst of frees far beyond the budget (a phase of the program ended)
-  // is given back at once, largest spans first: no later allocation may
-  // come to trigger the delayed purge.
-  size_t hard_cap = burst_threshold_bytes(budget_bytes) >> kSliceShift;
+  size_t allowance_bytes = dirty_allowance_bytes_locked(now);
+  size_t budget = allowance_bytes >> kSliceShift;
+  // A burst of frees far beyond the allowance (a phase of the program
+  // ended) is given back at once, largest spans first: no later allocation
+  // may come to trigger the delayed purge.
+  size_t hard_cap = burst_threshold_bytes(allowance_bytes) >> kSliceShift;
   if (dirty_free_slices_ > hard_cap) {
     for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
       for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s, true);
@@ -350,8 +370,69 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 // realloc_growth 50m took twice the page faults.) It only ever holds
 // memory for part of the delay: the delay itself still purges everything
 // older.
+// Free memory beyond the budget may stay resident for the whole delay when
+// it is what the program freed since its recent peak and may well take
+// again: a program whose statements, requests or passes each build up
+// memory and drop it takes it back in the next one, often a few hundred
+// milliseconds later (sqlite3's bulk statements: a tenth of its page
+// faults, a sixth of its time). The allowance adds to the budget what was
+// freed since the peak of memory in use over the last delay, up to what
+// is still live, less the free blocks already resident inside slabs,
+// which the program's next allocations fill first. So a heap that dropped
+// most of its live data (a phase ended for good), or whose slabs are left
+// sparse (90% of a fragmented heap freed: memory in use, counted by slabs,
+// falls little, but the slabs hold more free space than was dropped), has
+// no allowance, and its free memory goes back at once or after a tenth of
+// the delay, as before. The allowance never raises the peak: memory in use
+// plus memory held stays at most the recent peak plus the budget, and as
+// the program grows back the allowance shrinks. Memory older than the
+// delay is purged whatever the allowance.
+size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
+  size_t budget = dirty_budget_bytes();
+  size_t in_use = in_use_bytes();
+  size_t peak = in_use;
+  for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
+  // Only free memory beyond the budget needs the rest, which walks every
+  // span: once a review period, or sooner when memory in use moved by a
+  // sixteenth since the last walk (in a burst of frees, live data falls
+  // far faster than memory in use, which counts a slab until it empties),
+  // so the walks of one burst cost a few times one walk of its peak.
+  if (dirty_free_slices_ <= budget >> kSliceShift || peak == in_use) return budget;
+  size_t moved = in_use > live_counted_in_use_ ? in_use - live_counted_in_use_ : live_counted_in_use_ - in_use;
+  if (now_ms >= next_live_count_ms_ || moved > live_counted_in_use_ / 16) {
+    live_bytes_ = live_bytes_locked();
+    live_counted_in_use_ = in_use;
+    next_live_count_ms_ = now_ms + g_options.purge_delay_ms / 10;
+  }
+  size_t live = live_bytes_ < in_use ? live_bytes_ : in_use;
+  size_t slab_free = in_use - live;
+  size_t dropped = peak - in_use;
+  size_t held = dropped < live ? dropped : live;
+  return budget + (held > slab_free ? held - slab_free : 0);
+}
+
+// Bytes of live blocks: in slabs counted from their descriptors (racing
+// with their owners: an estimate), large and huge blocks whole.
+size_t SpanAllocator::live_bytes_locked() const {
+  size_t live = stats::g_global.large_in_use.load(std::memory_order_relaxed);
+  for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+    for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
+      Page* span = segment->page_of_slice[i];
+      if (span->kind() == PageKind::kSlab) live += slab_blocks_in_use(span) * span->block_size();
+      i += span->slice_count != 0 ? span->slice_count : 1;
+    }
+  }
+  return live;
+}
+
+void SpanAllocator::note_in_use_locked(size_t in_use) {
+  if (in_use > in_use_peaks_[peak_period_]) in_use_peaks_[peak_period_] = in_use;
+}
+
 void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   if (now_ms < next_budget_review_ms_) return;
+  peak_period_ = (peak_period_ + 1) % kPeakPeriods;
+  in_use_peaks_[peak_period_] = in_use_bytes();
   uint64_t period = g_options.purge_delay_ms / 10;
   next_budget_review_ms_ = now_ms + (period > 10 ? period : 10);
   constexpr size_t kMinimumEvidence = (size_t{1} << 20) >> kSliceShift;
@@ -384,10 +465,10 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
       if (force || now_ms >= span->freed_at + delay) purged += purge_span_locked(span);
     }
   }
-  // Beyond the budget, free memory has a tenth of the delay to be reused;
-  // the largest spans go first (most memory per system call, and the least
-  // likely to be wanted again at exactly that size).
-  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  // Beyond the allowance, free memory has a tenth of the delay to be
+  // reused; the largest spans go first (most memory per system call, and
+  // the least likely to be wanted again at exactly that size).
+  size_t budget = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
   for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
     for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > budget; span = span->next) {
       if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span, true);

@@ -7,9 +7,10 @@
 // for the purge delay (so memory about to be reused is not faulted in
 // again), then their pages are purged; fully free segments beyond the
 // retained count are unmapped. Free memory beyond a budget proportional to
-// the memory in use (dirty_budget_bytes) gets a tenth of the delay, so
+// the memory in use (dirty_budget_bytes), and beyond what was freed since
+// a recent peak and may be taken again, gets a tenth of the delay, so
 // memory that is freed and not reused does not inflate the footprint, and
-// beyond twice the budget (and 16 MiB more) it is purged at once.
+// beyond twice that (and 16 MiB more) it is purged at once.
 //
 // Slice map. A span in use maps every slice to its descriptor (any address
 // in it must find it). A free span maps only its first and last slice (what
@@ -107,6 +108,12 @@ class SpanAllocator {
   // shortly before (the budget's feedback, dirty_budget_bytes).
   void note_reuse_locked(Segment* segment, size_t first, size_t count);
   void review_budget_locked(uint64_t now_ms);
+  // Free memory that may stay resident beyond a tenth of the delay: the
+  // budget, plus what the program freed since its recent peak and may take
+  // again (span_allocator.cpp).
+  size_t dirty_allowance_bytes_locked(uint64_t now_ms);
+  size_t live_bytes_locked() const;
+  void note_in_use_locked(size_t in_use);
 
   size_t unmap_empty_segments_locked(size_t keep);
 
@@ -126,13 +133,23 @@ class SpanAllocator {
   size_t budget_reused_slices_ = 0;
   size_t peak_dirty_free_slices_ = 0;
   unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
+  // The most memory in use (slabs and large blocks) seen in each of the
+  // last kPeakPeriods review periods (a whole delay), this one's at
+  // peak_period_; and the live bytes counted last, the memory in use then,
+  // and when to count again (dirty_allowance_bytes_locked).
+  static constexpr size_t kPeakPeriods = 10;
+  size_t in_use_peaks_[kPeakPeriods] = {};
+  size_t peak_period_ = 0;
+  size_t live_bytes_ = 0;
+  size_t live_counted_in_use_ = 0;
+  uint64_t next_live_count_ms_ = 0;
 };
 
 extern SpanAllocator g_spans;
 
 // How much free memory may stay resident, waiting for reuse: a share
-// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB; twice
-// or four times that while the program keeps taking back memory that was
+// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB; up to
+// sixteen times that while the program keeps taking back memory that was
 // purged to keep within it (span_allocator.cpp).
 size_t dirty_budget_bytes();
 // log2 of that factor (statistics).

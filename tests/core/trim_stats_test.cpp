@@ -1,6 +1,7 @@
 // xalloc_trim gives memory back, and the statistics describe the heap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -137,6 +138,86 @@ TEST(Purge, BudgetGrowsUnderReuseAndShrinksOnlyAfterADelayOfCalm) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_LT(xalloc::dirty_budget_boost(), grown) << "still grown after 5 s of calm";
+}
+
+namespace {
+
+// Blocks of 1 KiB filling `bytes` of slabs, every page written.
+std::vector<void*> small_blocks(size_t bytes) {
+  std::vector<void*> blocks(bytes / 1024);
+  for (void*& p : blocks) {
+    p = xalloc_malloc(1024);
+    if (p != nullptr) memset(p, 1, 1024);
+  }
+  return blocks;
+}
+
+void free_range(std::vector<void*>& blocks, size_t from, size_t to, size_t keep_every = 0) {
+  for (size_t i = from; i < to; ++i) {
+    if (keep_every != 0 && i % keep_every == 0) continue;
+    xalloc_free(blocks[i]);
+    blocks[i] = nullptr;
+  }
+}
+
+}  // namespace
+
+// A heap that drops part of its memory and still holds its live data
+// densely (between two passes of its work) keeps the dropped memory for
+// the next pass - for the purge delay, not beyond.
+TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
+  std::vector<void*> blocks = small_blocks(64 * kMiB);
+  ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
+  size_t purged_before = stats().purged;
+  // 24 MiB of slabs emptied: far beyond the budget (12% of 40 MiB), and
+  // less than what stays live.
+  free_range(blocks, 0, blocks.size() * 3 / 8);
+  auto nudge = [] { xalloc_free(xalloc_malloc(256 * 1024)); };
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  nudge();
+  EXPECT_LT(stats().purged - purged_before, 8 * kMiB) << "dropped memory purged within a tenth of the delay";
+  auto start = std::chrono::steady_clock::now();
+  while (stats().purged - purged_before < 16 * kMiB && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    nudge();
+  }
+  EXPECT_GE(stats().purged - purged_before, 16 * kMiB) << "dropped memory still resident 5 s later";
+  free_range(blocks, 0, blocks.size());
+}
+
+// A heap whose slabs hold at least as much free space as it dropped gets
+// no allowance: its next allocations fill those slabs first, so the memory
+// of its emptied slabs goes back at once, as a burst beyond the budget.
+TEST(Purge, SparseHeapGivesEmptiedSlabsBackAtOnce) {
+  std::vector<void*> blocks = small_blocks(64 * kMiB);
+  ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
+  size_t purged_before = stats().purged;
+  // The second half: every other block freed, the slabs all kept by their
+  // survivors (16 MiB live, 16 MiB of free blocks); then the first half
+  // whole (32 MiB dropped).
+  free_range(blocks, blocks.size() / 2, blocks.size(), 2);
+  free_range(blocks, 0, blocks.size() / 2);
+  EXPECT_GE(stats().purged - purged_before, 16 * kMiB) << "emptied slabs of a sparse heap kept resident";
+  free_range(blocks, 0, blocks.size());
+}
+
+// Free memory still resident is taken before purged memory, even from a
+// longer span: the program's next allocation faults nothing in.
+TEST(Purge, ResidentFreeSpanIsTakenBeforeAShorterPurgedOne) {
+  void* dirty = xalloc_malloc(6 * kMiB);
+  void* guard1 = xalloc_malloc(2 * kMiB);
+  void* purged = xalloc_malloc(3 * kMiB);
+  void* guard2 = xalloc_malloc(2 * kMiB);
+  ASSERT_TRUE(dirty != nullptr && guard1 != nullptr && purged != nullptr && guard2 != nullptr);
+  memset(dirty, 1, 6 * kMiB);
+  xalloc_free(purged);
+  xalloc_trim(0);       // the 3 MiB span, and the rest of the segment, purged
+  xalloc_free(dirty);   // within the budget's burst threshold: stays resident
+  void* p = xalloc_malloc(kMiB + kMiB / 2);
+  EXPECT_EQ(p, dirty) << "a purged span was taken while a resident one fitted";
+  xalloc_free(p);
+  xalloc_free(guard1);
+  xalloc_free(guard2);
 }
 
 TEST(Trim, NothingToTrim) {
