@@ -24,10 +24,6 @@ constexpr unsigned kMaxBudgetBoost = 4;
 // steps down: a whole delay.
 constexpr unsigned kCalmPeriodsPerStep = 10;
 
-}  // namespace
-
-namespace {
-
 size_t in_use_bytes() {
   return stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
          stats::g_global.large_in_use.load(std::memory_order_relaxed);
@@ -269,19 +265,19 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t allowance_bytes = dirty_allowance_bytes_locked(now);
-  size_t budget = allowance_bytes >> kSliceShift;
+  size_t allowance = allowance_bytes >> kSliceShift;
   // A burst of frees far beyond the allowance (a phase of the program
   // ended) is given back at once, largest spans first: no later allocation
   // may come to trigger the delayed purge.
   size_t hard_cap = burst_threshold_bytes(allowance_bytes) >> kSliceShift;
   if (dirty_free_slices_ > hard_cap) {
-    for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
-      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > budget; s = s->next) purge_span_locked(s, true);
+    for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance;) {
+      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance; s = s->next) purge_span_locked(s, true);
     }
   }
   if (now >= next) {
     purge_locked(false, now);
-  } else if (dirty_free_slices_ > budget) {
+  } else if (dirty_free_slices_ > allowance) {
     // Over budget: look again as soon as this excess may be purged.
     uint64_t soon = now + g_options.purge_delay_ms / 10;
     if (soon < next) __atomic_store_n(&next_purge_ms_, soon, __ATOMIC_RELAXED);
@@ -354,28 +350,12 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
   budget_reused_slices_ += segment_take_budget_purged(segment, first, count, budget_epoch_);
 }
 
-// The budget holds free memory for a tenth of the purge delay (purge_locked)
-// and is a share of the memory in use, which suits most programs; but one
-// that frees and takes back more than that share within the delay - a
-// buffer that grows by realloc, large blocks replaced one by one - would
-// have its memory purged and faulted in again over and over (a page fault
-// for every page it reuses). So every review period (a tenth of the delay)
-// looks at what happened to the memory purged for the budget: when at
-// least half of it was taken again (and at least 1 MiB), the budget
-// becomes sixteen times its size; once free memory has stayed within the
-// budget one step smaller for a whole delay, it halves. (Stepping down
-// after one calm period, a program that churns in cycles longer than that
-// - buffers grown by realloc past a few MiB - had its budget back at x1
-// before each cycle's memory was taken again, and faulted it all in again:
-// realloc_growth 50m took twice the page faults.) It only ever holds
-// memory for part of the delay: the delay itself still purges everything
-// older.
 // Free memory beyond the budget may stay resident for the whole delay when
 // it is what the program freed since its recent peak and may well take
 // again: a program whose statements, requests or passes each build up
 // memory and drop it takes it back in the next one, often a few hundred
-// milliseconds later (sqlite3's bulk statements: a tenth of its page
-// faults, a sixth of its time). The allowance adds to the budget what was
+// milliseconds later (sqlite3's bulk statements: a fifth of its page
+// faults and of its time). The allowance adds to the budget what was
 // freed since the peak of memory in use over the last delay, up to what
 // is still live, less the free blocks already resident inside slabs,
 // which the program's next allocations fill first. So a heap that dropped
@@ -383,9 +363,10 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 // sparse (90% of a fragmented heap freed: memory in use, counted by slabs,
 // falls little, but the slabs hold more free space than was dropped), has
 // no allowance, and its free memory goes back at once or after a tenth of
-// the delay, as before. The allowance never raises the peak: memory in use
-// plus memory held stays at most the recent peak plus the budget, and as
-// the program grows back the allowance shrinks. Memory older than the
+// the delay, as before. The allowance does not raise the peak: memory in
+// use plus memory held stays at most the recent peak plus the budget, held
+// memory is taken before fresh memory (take_fitting), and as the program
+// grows back the allowance shrinks. Memory older than the
 // delay is purged whatever the allowance.
 size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
   size_t budget = dirty_budget_bytes();
@@ -429,6 +410,22 @@ void SpanAllocator::note_in_use_locked(size_t in_use) {
   if (in_use > in_use_peaks_[peak_period_]) in_use_peaks_[peak_period_] = in_use;
 }
 
+// The budget holds free memory for a tenth of the purge delay (purge_locked)
+// and is a share of the memory in use, which suits most programs; but one
+// that frees and takes back more than that share within the delay - a
+// buffer that grows by realloc, large blocks replaced one by one - would
+// have its memory purged and faulted in again over and over (a page fault
+// for every page it reuses). So every review period (a tenth of the delay)
+// looks at what happened to the memory purged for the budget: when at
+// least half of it was taken again (and at least 1 MiB), the budget
+// becomes sixteen times its size; once free memory has stayed within the
+// budget one step smaller for a whole delay, it halves. (Stepping down
+// after one calm period, a program that churns in cycles longer than that
+// - buffers grown by realloc past a few MiB - had its budget back at x1
+// before each cycle's memory was taken again, and faulted it all in again:
+// realloc_growth 50m took twice the page faults.) It only ever holds
+// memory for part of the delay: the delay itself still purges everything
+// older.
 void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   if (now_ms < next_budget_review_ms_) return;
   peak_period_ = (peak_period_ + 1) % kPeakPeriods;
@@ -468,14 +465,14 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
   // Beyond the allowance, free memory has a tenth of the delay to be
   // reused; the largest spans go first (most memory per system call, and
   // the least likely to be wanted again at exactly that size).
-  size_t budget = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
-  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > budget;) {
-    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > budget; span = span->next) {
+  size_t allowance = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
+  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance;) {
+    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > allowance; span = span->next) {
       if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span, true);
     }
   }
   if (!force) review_budget_locked(now_ms);
-  uint64_t next = dirty_free_slices_ > budget ? excess_delay : delay / 4;
+  uint64_t next = dirty_free_slices_ > allowance ? excess_delay : delay / 4;
   __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
   purged += unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);
   return purged;
