@@ -148,8 +148,34 @@ extern __thread Heap* t_heap;
 // outbox's stage.
 void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage);
 
-// Blocks in use in `page`, a slab (whatever its state).
+// Blocks in use in `page`, a slab (whatever its state). From another
+// thread than the owner it is an estimate: it reads the slab's counter and
+// state, which the owner writes plainly on its fast paths, and may see them
+// a moment old. Such a walk (statistics, the span allocator's allowance)
+// holds an OwnerFieldReads for its duration.
 uint64_t slab_blocks_in_use(const Page* page);
+
+// Tells ThreadSanitizer to look away from the reads of a walk over other
+// threads' slabs: each is one aligned word or byte written by its owner,
+// and a stale value only skews an estimate. (Atomic writes on the owner's
+// side would cost the fast paths instructions.) Does nothing otherwise.
+#if defined(__SANITIZE_THREAD__)
+#define XALLOC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define XALLOC_TSAN 1
+#endif
+#endif
+#if defined(XALLOC_TSAN)
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#endif
+struct OwnerFieldReads {
+#if defined(XALLOC_TSAN)
+  OwnerFieldReads() { __tsan_ignore_thread_begin(); }
+  ~OwnerFieldReads() { __tsan_ignore_thread_end(); }
+#endif
+};
 
 // Slow paths of the inline fast paths in alloc.h.
 // `from_direct`: called by alloc() for a small size (watched allocations

@@ -396,6 +396,7 @@ size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
 // with their owners: an estimate), large and huge blocks whole.
 size_t SpanAllocator::live_bytes_locked() const {
   size_t live = stats::g_global.large_in_use.load(std::memory_order_relaxed);
+  [[maybe_unused]] OwnerFieldReads estimate;
   for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
     for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
       Page* span = segment->page_of_slice[i];

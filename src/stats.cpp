@@ -25,6 +25,7 @@ namespace xalloc::stats {
 
 ClassUsage class_usage() {
   ClassUsage usage{};
+  [[maybe_unused]] OwnerFieldReads estimate;
   g_spans.for_each_used_span([&](Page* span) {
     if (span->kind() != PageKind::kSlab) return;
     unsigned cls = span->size_class;
