@@ -24,16 +24,11 @@ constexpr unsigned kMaxBudgetBoost = 4;
 // steps down: a whole delay.
 constexpr unsigned kCalmPeriodsPerStep = 10;
 
-size_t in_use_bytes() {
-  return stats::g_global.slab_in_use.load(std::memory_order_relaxed) +
-         stats::g_global.large_in_use.load(std::memory_order_relaxed);
-}
-
 }  // namespace
 
 size_t dirty_budget_bytes() {
   constexpr size_t kMinimum = size_t{4} << 20;
-  size_t share = in_use_bytes() / 100 * g_options.dirty_percent;
+  size_t share = stats::in_use_bytes() / 100 * g_options.dirty_percent;
   return (share > kMinimum ? share : kMinimum) << g_budget_boost.load(std::memory_order_relaxed);
 }
 
@@ -260,7 +255,7 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
   // (The span's bytes left the count of memory in use just before.)
-  note_in_use_locked(in_use_bytes() + span->span_bytes());
+  note_in_use_locked(stats::in_use_bytes() + span->span_bytes());
   release_locked(span, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
@@ -370,7 +365,7 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 // delay is purged whatever the allowance.
 size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
   size_t budget = dirty_budget_bytes();
-  size_t in_use = in_use_bytes();
+  size_t in_use = stats::in_use_bytes();
   size_t peak = in_use;
   for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
   // Only free memory beyond the budget needs the rest, which walks every
@@ -397,13 +392,9 @@ size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
 size_t SpanAllocator::live_bytes_locked() const {
   size_t live = stats::g_global.large_in_use.load(std::memory_order_relaxed);
   [[maybe_unused]] OwnerFieldReads estimate;
-  for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
-    for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
-      Page* span = segment->page_of_slice[i];
-      if (span->kind() == PageKind::kSlab) live += slab_blocks_in_use(span) * span->block_size();
-      i += span->slice_count != 0 ? span->slice_count : 1;
-    }
-  }
+  for_each_used_span_locked([&](const Page* span) {
+    if (span->kind() == PageKind::kSlab) live += slab_blocks_in_use(span) * span->block_size();
+  });
   return live;
 }
 
@@ -430,7 +421,7 @@ void SpanAllocator::note_in_use_locked(size_t in_use) {
 void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   if (now_ms < next_budget_review_ms_) return;
   peak_period_ = (peak_period_ + 1) % kPeakPeriods;
-  in_use_peaks_[peak_period_] = in_use_bytes();
+  in_use_peaks_[peak_period_] = stats::in_use_bytes();
   uint64_t period = g_options.purge_delay_ms / 10;
   next_budget_review_ms_ = now_ms + (period > 10 ? period : 10);
   constexpr size_t kMinimumEvidence = (size_t{1} << 20) >> kSliceShift;

@@ -75,13 +75,7 @@ class SpanAllocator {
   template <typename Fn>
   void for_each_used_span(Fn fn) {
     LockGuard guard(lock_);
-    for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
-      for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
-        Page* span = segment->page_of_slice[i];
-        if (span->kind() != PageKind::kFree) fn(span);
-        i += span->slice_count != 0 ? span->slice_count : 1;
-      }
-    }
+    for_each_used_span_locked(fn);
   }
 
   // Debug builds: validates every segment, span and bin.
@@ -116,6 +110,17 @@ class SpanAllocator {
   void note_in_use_locked(size_t in_use);
 
   size_t unmap_empty_segments_locked(size_t keep);
+
+  template <typename Fn>
+  void for_each_used_span_locked(Fn fn) const {
+    for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+      for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
+        Page* span = segment->page_of_slice[i];
+        if (span->kind() != PageKind::kFree) fn(span);
+        i += span->slice_count != 0 ? span->slice_count : 1;
+      }
+    }
+  }
 
   Mutex lock_;
   Page* bins_[kBins] = {};

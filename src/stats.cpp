@@ -61,7 +61,7 @@ void note_slab_created(unsigned cls) {
 }
 
 void note_in_use() {
-  size_t now = g_global.slab_in_use.load(std::memory_order_relaxed) + g_global.large_in_use.load(std::memory_order_relaxed);
+  size_t now = in_use_bytes();
   size_t peak = g_global.peak_in_use.load(std::memory_order_relaxed);
   while (now > peak && !g_global.peak_in_use.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }

@@ -37,6 +37,10 @@ uint64_t resident_bytes();
 // Slow-path bookkeeping of the peaks.
 void note_slab_created(unsigned cls);
 void note_in_use();
+// Memory in use: slab spans and large and huge blocks.
+inline size_t in_use_bytes() {
+  return g_global.slab_in_use.load(std::memory_order_relaxed) + g_global.large_in_use.load(std::memory_order_relaxed);
+}
 
 inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
 inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }
