@@ -72,6 +72,26 @@ static inline void *xb_xmalloc(size_t n) {
   return p;
 }
 
+/* Zeroed room for `count` per-thread records of `size` bytes (a multiple of
+ * the cache line: their types start with XB_OWN_LINE), on a line boundary.
+ * Threads write their own record as they run; packed in a block that
+ * malloc happens to place mid-line, neighbours would share a line, and the
+ * time measured would depend on where one harness block landed, not on the
+ * allocator's work. */
+#define XB_CACHE_LINE 64
+#ifdef __cplusplus
+#define XB_OWN_LINE alignas(XB_CACHE_LINE)
+#else
+#define XB_OWN_LINE _Alignas(XB_CACHE_LINE)
+#endif
+static inline void *xb_xcalloc_lines(size_t count, size_t size) {
+  size_t bytes = (count * size + XB_CACHE_LINE - 1) / XB_CACHE_LINE * XB_CACHE_LINE;
+  void *p = aligned_alloc(XB_CACHE_LINE, bytes);
+  if (p == NULL) xb_fail("aligned_alloc(%zu) returned NULL", bytes);
+  memset(p, 0, bytes);
+  return p;
+}
+
 /* ------------------------------------------------------------------ */
 /* Which allocator serves malloc                                       */
 /* ------------------------------------------------------------------ */

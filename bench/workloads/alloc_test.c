@@ -28,7 +28,7 @@
 static uint16_t g_sizes[SIZE_TABLE];
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t iterations, seed;
   pthread_barrier_t *start;
 } worker;
@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     g_sizes[i] = (uint16_t)(s > 1024.0 ? 1024.0 : s);
   }
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);
   for (unsigned t = 0; t < threads; t++) {

@@ -22,7 +22,7 @@
 #include <stdatomic.h>
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t iterations;
   uint64_t seed;
   pthread_barrier_t *start;
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   uint64_t seed = xb_arg_u64(argc, argv, 3, 1);
   if (threads == 0 || iterations == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   _Atomic uint64_t first_start = UINT64_MAX, last_done = 0;
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);

@@ -23,7 +23,7 @@
 #include <pthread.h>
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t iterations, repetitions;
   size_t size;
   void *given;
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
   uint64_t repetitions = xb_arg_u64(argc, argv, 4, 2000000);
   if (threads == 0 || size == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   for (unsigned t = 0; t < threads; t++) { /* back to back: shared lines */
     w[t].given = xb_xmalloc(size);
     memset(w[t].given, 0, size);

@@ -21,7 +21,7 @@
 #include <pthread.h>
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t iterations, repetitions;
   size_t size;
   pthread_barrier_t *start;
@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
   uint64_t repetitions = xb_arg_u64(argc, argv, 4, 2000000);
   if (threads == 0 || size == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);
   for (unsigned t = 0; t < threads; t++) {

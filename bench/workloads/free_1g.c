@@ -30,7 +30,7 @@
 #define MIB ((size_t)1 << 20)
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   struct worker *next; /* whose odd-numbered blocks this thread frees */
   size_t n;
   size_t *size;
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
   uint64_t seed = xb_arg_u64(argc, argv, 3, 1);
   if (threads == 0 || total == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   if (w == NULL) xb_fail("out of memory");
   pthread_barrier_t start, allocated;
   pthread_barrier_init(&start, NULL, threads + 1);

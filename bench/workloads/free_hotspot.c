@@ -23,7 +23,7 @@
 #include <stdatomic.h>
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   void **blocks; /* this thread's share */
   uint64_t count;
   uint64_t first; /* index of its first block, to check the contents */
@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
   xb_rng rng = xb_rng_make(xb_arg_u64(argc, argv, 3, 1));
   if (threads == 0 || total < threads) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   uint64_t per = total / threads;
   total = per * threads;
   for (unsigned t = 0; t < threads; t++) {

@@ -27,7 +27,7 @@
 static uint32_t g_sizes[SIZE_TABLE];
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t iterations, seed;
   pthread_barrier_t *start;
 } worker;
@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < SIZE_TABLE; i++)
     g_sizes[i] = (uint32_t)(MIN_SIZE * pow(MAX_SIZE / MIN_SIZE, xb_unit(&rng)));
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);
   for (unsigned t = 0; t < threads; t++) {

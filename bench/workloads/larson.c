@@ -25,7 +25,7 @@
 #include <pthread.h>
 
 typedef struct lineage {
-  void **blocks;
+  XB_OWN_LINE void **blocks;
   uint32_t *sizes;
   size_t chunks, min, max;
   uint64_t rounds, generations_left;
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
   uint64_t generations = xb_arg_u64(argc, argv, 7, 10);
   if (threads == 0 || chunks == 0 || min == 0 || max < min || generations == 0) return XB_EXIT_USAGE;
 
-  lineage *ls = (lineage *)calloc(threads, sizeof *ls);
+  lineage *ls = (lineage *)xb_xcalloc_lines(threads, sizeof *ls);
   for (unsigned t = 0; t < threads; t++) {
     lineage *l = &ls[t];
     l->chunks = chunks;

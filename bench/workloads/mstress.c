@@ -34,7 +34,7 @@
 static _Atomic(uintptr_t *) g_transfer[TRANSFERS];
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t steps;
   uint64_t seed;
 } worker;
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   uint64_t seed = xb_arg_u64(argc, argv, 4, 1);
   if (threads == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   uint64_t steps = 0;
   uint64_t t0 = xb_now_ns();
   for (uint64_t it = 0; it < iterations; it++) {

@@ -20,7 +20,7 @@
 #define MAX_SIZE 4096u
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   uint64_t ops;
   uint64_t seed;
   pthread_barrier_t *start;
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
   uint64_t seed = xb_arg_u64(argc, argv, 3, 1);
   if (threads == 0) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);
   for (unsigned t = 0; t < threads; t++) {

@@ -36,7 +36,7 @@ typedef struct config {
 } config;
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   const config *cfg;
   unsigned id;
   struct worker *next_thread;
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
   c.seed = xb_arg_u64(argc, argv, 10, 1);
   if (c.threads == 0 || c.blocks == 0 || c.min == 0 || c.max < c.min || c.max > UINT32_MAX) return XB_EXIT_USAGE;
 
-  worker *w = (worker *)calloc(c.threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(c.threads, sizeof *w);
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, c.threads);
   for (unsigned t = 0; t < c.threads; t++) {

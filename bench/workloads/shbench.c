@@ -28,7 +28,7 @@ typedef struct handoff {
 } handoff;
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   unsigned id, variant;
   uint64_t rounds, batch, min, max, seed;
   struct worker *next_thread;
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     return XB_EXIT_USAGE;
   }
 
-  worker *w = (worker *)calloc(threads, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(threads, sizeof *w);
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, threads + 1);
   for (unsigned t = 0; t < threads; t++) {

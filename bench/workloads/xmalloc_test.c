@@ -30,7 +30,7 @@ typedef struct queue {
 } queue;
 
 typedef struct worker {
-  pthread_t thread;
+  XB_OWN_LINE pthread_t thread;
   queue *q;
   uint64_t batches;
   size_t size;
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
   q.items = (void ***)xb_xmalloc(q.cap * sizeof(void **));
   q.total = batches * workers;
 
-  worker *w = (worker *)calloc(2u * workers, sizeof *w);
+  worker *w = (worker *)xb_xcalloc_lines(2u * workers, sizeof *w);
   uint64_t t0 = xb_now_ns();
   for (unsigned i = 0; i < 2u * workers; i++) {
     w[i].q = &q;
