@@ -55,21 +55,11 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
                 page->block_size(), caller);
 }
 
-// A checked slab block freed through the out-of-line path: by its owner,
-// or in secure mode by any thread.
-XALLOC_NOINLINE void free_slab_block_slow(Page* page, FreeBlock* block) {
-  Heap* owner = page->owner;
-  Heap* heap = t_heap;
-  if (owner == heap) {
-    if (secure::kEnabled) return quarantine_free(heap, page, block);
-    slab_push(page, block);
-    if (--page->needed == 0) heap_on_needed_zero(heap, page);
-    return;
-  }
-  // Secure mode: another heap's block waits in this thread's quarantine.
-  heap = thread_heap_acquire();
-  if (heap == nullptr) return send_one(owner, block, page->block_size());  // this thread is exiting
-  quarantine_free(heap, page, block);
+// A checked slab block freed by its owner through the out-of-line path.
+XALLOC_NOINLINE void free_slab_block_slow(Heap* heap, Page* page, FreeBlock* block) {
+  if (secure::kEnabled) return quarantine_add(heap, page, block);
+  slab_push(page, block);
+  if (--page->needed == 0) heap_on_needed_zero(heap, page);
 }
 
 XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller caller) {
@@ -207,7 +197,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_limit_now())) ||
       XALLOC_UNLIKELY(!slab_mark_free(page, block)))
     return report_slab_misuse(page, block, caller);
-  if (XALLOC_UNLIKELY(secure::kEnabled || owner == heap)) return free_slab_block_slow(page, block);
+  if (XALLOC_UNLIKELY(owner == heap)) return free_slab_block_slow(heap, page, block);
   outbox_add(heap->outbox, owner, block, page->size_class);
 }
 

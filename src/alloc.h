@@ -25,13 +25,9 @@ void* alloc_generic(Heap* heap, size_t size);
 void free_generic(void* ptr, Caller caller);
 // Every free of a block in a segment that the inline path does not finish
 // (`heap` is the calling thread's): another thread's slab block (staged
-// for its owner: remote_free.h; in secure mode through
-// free_slab_block_slow), a large or huge block, or misuse (reported).
+// for its owner, remote_free.h, whose drain quarantines it in secure
+// mode), a large or huge block, or misuse (reported).
 void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
-
-// Secure mode: a freed slab block waits in the freeing thread's quarantine
-// (heap.cpp) before it is really freed.
-void quarantine_free(Heap* heap, Page* page, FreeBlock* block);
 
 // (In secure mode every block ends in a canary: the request grows by its
 // size, checked for overflow only on the way out of line.)
@@ -57,7 +53,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     auto* block = static_cast<FreeBlock*>(ptr);
     if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
     if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_limit))) {
-      if (secure::kEnabled) return quarantine_free(heap, page, block);
+      if (secure::kEnabled) return quarantine_add(heap, page, block);
       slab_push(page, block);
       if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
       return;

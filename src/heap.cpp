@@ -248,7 +248,7 @@ void settle_uncurrent(Heap* heap, Page* page) {
 void answer_drain_request(Heap* heap) {
   do {
     heap->drain_requested.store(0, std::memory_order_release);
-    heap_drain_inbox(heap);
+    heap_drain_inbox_for_reuse(heap);
     for (unsigned cls = 0; cls < kNumClasses && kClassInfo[cls].size <= kMaxSmallSize; ++cls)
       set_current(heap, cls, heap->current[cls]);
   } while (heap->drain_requested.fetch_or(0, std::memory_order_acq_rel) != 0);
@@ -308,8 +308,9 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   heap->outbox.budget = g_options.remote_batch_bytes;
   heap->thread_id = thread_id;
 #if XALLOC_SECURE
+  heap->quarantine_mid = heap->quarantine + std::min<size_t>(g_options.quarantine, secure::kQuarantineDepthMax);
   heap->quarantine_next = heap->quarantine;
-  heap->quarantine_end = heap->quarantine + std::min<size_t>(g_options.quarantine, secure::kQuarantineSlots);
+  heap->quarantine_turn = heap->quarantine_mid;
 #endif
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
@@ -368,7 +369,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if ((++heap->slow_calls & 15) == 0) heap_periodic(heap);
 
   if (inbox_pending(heap)) {
-    heap_drain_inbox(heap);
+    heap_drain_inbox_for_reuse(heap);
     if (page->free != nullptr) return slab_pop(page, page->free);
   }
   if (page != &g_empty_page) retire_current(heap, cls, page);
@@ -430,17 +431,18 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
 
 namespace {
 
+template <bool kForReuse>
 XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
   auto address = reinterpret_cast<uintptr_t>(block);
   Page* page = page_of(segment_of(address), address);
   XALLOC_CHECK(page->owner == heap);
+  if (kForReuse && secure::kEnabled) return quarantine_add(heap, page, block);
   slab_push(page, block);
   if (--page->needed == 0) heap_on_needed_zero(heap, page);
 }
 
-}  // namespace
-
-void heap_drain_inbox(Heap* heap) {
+template <bool kForReuse>
+void drain_inbox(Heap* heap) {
   heap->inbox_bytes.store(0, std::memory_order_relaxed);
   FreeBlock* lists[kLanes];
   size_t active = 0;
@@ -457,56 +459,80 @@ void heap_drain_inbox(Heap* heap) {
       if (block == nullptr) continue;
       list = remote_next(block);
       if (list == nullptr) --active;
-      return_block(heap, block);
+      return_block<kForReuse>(heap, block);
     }
   }
 }
 
-// A quarantined block of another heap's slab goes to its owner; out of
-// line, so that the common case (a block of this heap) needs few registers.
-[[maybe_unused]] XALLOC_NOINLINE static void send_quarantined(Heap* heap, Page* page, FreeBlock* block) {
-  outbox_add(heap->outbox, page->owner, block, page->size_class);
-}
+}  // namespace
 
-// Frees a block of `page` for real: pushes it on its slab if this heap owns
-// it, or sends it to its owner.
-[[maybe_unused]] static void release_quarantined(Heap* heap, Page* page, FreeBlock* block) {
-  if (XALLOC_UNLIKELY(page->owner != heap)) return send_quarantined(heap, page, block);
-  slab_push(page, block);
-  if (--page->needed == 0) heap_on_needed_zero(heap, page);
-}
+void heap_drain_inbox(Heap* heap) { drain_inbox<false>(heap); }
+void heap_drain_inbox_for_reuse(Heap* heap) { drain_inbox<true>(heap); }
 
-void quarantine_free(Heap* heap, Page* page, FreeBlock* block) {
 #if XALLOC_SECURE
-  Heap::QuarantineSlot* slot = heap->quarantine_next;
-  if (slot == heap->quarantine_end) return release_quarantined(heap, page, block);  // no quarantine
-  // The block in the slot has waited the longest: it makes room.
-  Heap::QuarantineSlot evicted = *slot;
-  *slot = {block, page};
-  if (++slot == heap->quarantine_end) slot = heap->quarantine;
-  heap->quarantine_next = slot;
-  // The next free evicts a block freed long ago, out of the cache by now:
-  // start fetching it (a prefetch of null does nothing).
-  __builtin_prefetch(slot->block, 1);
-  if (evicted.block != nullptr) release_quarantined(heap, evicted.page, evicted.block);
-#else
-  (void)heap;
-  (void)page;
-  (void)block;
-#endif
+namespace {
+
+// Frees the blocks of the slots [from, to) for real; a slot never filled
+// is empty. Their blocks were freed a lap ago and may have left the cache:
+// each is fetched a few slots ahead of its link store (a prefetch of null
+// does nothing).
+void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::QuarantineSlot* to) {
+  uintptr_t link_secret = secure::g_link_secret;
+  for (Heap::QuarantineSlot* slot = from; slot != to; ++slot) {
+    __builtin_prefetch(slot[Heap::kQuarantineLookahead].block, 1);
+    FreeBlock* block = slot->block;
+    if (block == nullptr) continue;
+    Page* page = slot->page;
+    XALLOC_CHECK(page->owner == heap);
+    slab_push(page, block, link_secret);
+    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+  }
+}
+
+}  // namespace
+
+// The free that finds the filling half full: frees the other half's blocks
+// (a lap old) and fills that half next.
+void quarantine_turn(Heap* heap, Page* page, FreeBlock* block) {
+  Heap::QuarantineSlot* begin = heap->quarantine;
+  Heap::QuarantineSlot* mid = heap->quarantine_mid;
+  if (mid == begin) {  // no quarantine
+    slab_push(page, block);
+    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+    return;
+  }
+  Heap::QuarantineSlot* end = mid + (mid - begin);
+  Heap::QuarantineSlot* next = heap->quarantine_next;
+  if (next == mid) {
+    quarantine_release(heap, mid, end);
+    heap->quarantine_turn = end;
+  } else {
+    quarantine_release(heap, begin, mid);
+    next = begin;
+    heap->quarantine_turn = mid;
+  }
+  *next = {block, page};
+  heap->quarantine_next = next + 1;
 }
 
 void quarantine_flush(Heap* heap) {
-#if XALLOC_SECURE
-  for (Heap::QuarantineSlot* slot = heap->quarantine; slot != heap->quarantine_end; ++slot) {
-    if (slot->block != nullptr) release_quarantined(heap, slot->page, slot->block);
-    *slot = {nullptr, nullptr};
-  }
-  heap->quarantine_next = heap->quarantine;
-#else
-  (void)heap;
-#endif
+  Heap::QuarantineSlot* begin = heap->quarantine;
+  Heap::QuarantineSlot* mid = heap->quarantine_mid;
+  Heap::QuarantineSlot* end = mid + (mid - begin);
+  Heap::QuarantineSlot* next = heap->quarantine_next;
+  // The other half, a lap old, then the filling half up to `next` (the
+  // slots after it were freed a lap ago).
+  bool filling_first = heap->quarantine_turn == mid;
+  quarantine_release(heap, filling_first ? mid : begin, filling_first ? end : mid);
+  quarantine_release(heap, filling_first ? begin : mid, next);
+  for (Heap::QuarantineSlot* slot = begin; slot != end; ++slot) *slot = {nullptr, nullptr};
+  heap->quarantine_next = begin;
+  heap->quarantine_turn = mid;
 }
+#else
+void quarantine_turn(Heap*, Page*, FreeBlock*) {}
+void quarantine_flush(Heap*) {}
+#endif
 
 namespace {
 
@@ -561,7 +587,7 @@ void windows_close(Heap* heap) {
     while (window.free != nullptr) {
       FreeBlock* block = window.free;
       window.free = next_free(&window, block);
-      return_block(heap, block);
+      return_block<false>(heap, block);
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "remote_free.h"
 #include "secure.h"
 #include "size_classes.h"
+#include "slab.h"
 
 namespace xalloc {
 
@@ -86,18 +87,28 @@ struct alignas(64) Heap {
 
   Outbox outbox;
 #if XALLOC_SECURE
-  // Freed blocks waiting to be reused, with their slabs (which cannot
-  // change: the slab counts a quarantined block as in use), in a ring of
-  // XALLOC_QUARANTINE slots [quarantine, quarantine_end). The next free
-  // takes quarantine_next and evicts the block there, freed that many
-  // frees ago. With no slots, quarantine_next == quarantine_end.
+  // Secure mode: freed blocks of this heap's slabs (freed here, or by other
+  // threads and drained from the inbox) wait here before they can be
+  // reused, with their slabs (which cannot change: a slab counts a
+  // quarantined block as in use). The ring has two halves of
+  // XALLOC_QUARANTINE slots, [quarantine, quarantine_mid) and
+  // [quarantine_mid, 2 * mid - quarantine). Frees fill one half while the
+  // other holds the blocks of the lap before; the free that finds the
+  // filling half full (quarantine_next == quarantine_turn) first frees the
+  // other half's blocks for real, in one loop, and fills it next. So every
+  // block waits for at least XALLOC_QUARANTINE later frees, and fewer than
+  // twice that. With no slots, every free finds next == turn.
   struct QuarantineSlot {
     FreeBlock* block;
     Page* page;
   };
-  QuarantineSlot quarantine[secure::kQuarantineSlots];
+  // (The release loop reads kQuarantineLookahead slots ahead: the slots
+  // past the ring stay empty.)
+  static constexpr size_t kQuarantineLookahead = 4;
+  QuarantineSlot quarantine[2 * secure::kQuarantineDepthMax + kQuarantineLookahead];
   QuarantineSlot* quarantine_next;
-  QuarantineSlot* quarantine_end;
+  QuarantineSlot* quarantine_turn;
+  QuarantineSlot* quarantine_mid;
 #endif
   uint64_t thread_id;
   uint32_t slow_calls;
@@ -127,7 +138,7 @@ constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
       sample_countdown(0), window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
-      quarantine{}, quarantine_next(nullptr), quarantine_end(nullptr),
+      quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif
       thread_id(0), slow_calls(0), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
@@ -197,6 +208,25 @@ inline bool inbox_pending(const Heap* heap) {
 
 // Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);
+// The owner's drain before it allocates: in secure mode the blocks wait in
+// the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.
+void heap_drain_inbox_for_reuse(Heap* heap);
+
+// Secure mode: `block`, a checked and marked block of `page`, which `heap`
+// owns, waits in the heap's quarantine before it is freed for real.
+void quarantine_turn(Heap* heap, Page* page, FreeBlock* block);
+XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
+#if XALLOC_SECURE
+  Heap::QuarantineSlot* slot = heap->quarantine_next;
+  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_turn(heap, page, block);
+  *slot = {block, page};
+  heap->quarantine_next = slot + 1;
+#else
+  (void)heap;
+  (void)page;
+  (void)block;
+#endif
+}
 // Secure mode: really frees every block waiting in the heap's quarantine.
 void quarantine_flush(Heap* heap);
 

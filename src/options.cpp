@@ -50,7 +50,7 @@ const OptionSpec kSpecs[] = {
     {"PROF_SIGNAL", OptionType::kCount, &g_options.prof_signal, "signal number that writes a heap profile", 64},
     {"LEAKS", OptionType::kBool, &g_options.leaks, "print the top allocation sites of memory live at exit"},
     {"QUARANTINE", OptionType::kCount, &g_options.quarantine,
-     "secure build: freed blocks each thread holds back from reuse (at most 256)", 256},
+     "secure build: later frees a freed block waits for before it can be reused (at most 256)", 256},
 };
 
 bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {

@@ -36,9 +36,10 @@ struct Options {
   const char* prof_prefix = "xalloc";  // files <prefix>.<pid>.heap and .collapsed
   uint64_t prof_signal = 0;          // a signal that writes a profile
   bool leaks = false;                // print the top sites of memory live at exit
-  // Secure build: each thread holds back this many of the slab blocks it
-  // frees from reuse (at most secure::kQuarantineSlots; 0: none).
-  uint64_t quarantine = 256;
+  // Secure build: a freed slab block waits for at least this many later
+  // frees of its heap before it can be reused (at most
+  // secure::kQuarantineDepthMax; 0: none).
+  uint64_t quarantine = 128;
 };
 
 extern Options g_options __attribute__((visibility("hidden")));

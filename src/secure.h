@@ -32,8 +32,9 @@ void init_secret();
 
 // Bytes at the end of every slab block that hold its canary.
 inline constexpr size_t kCanaryBytes = kEnabled ? sizeof(uint64_t) : 0;
-// Freed slab blocks that wait before they can be reused, per thread.
-inline constexpr size_t kQuarantineSlots = 256;
+// The most later frees a freed slab block waits for before it can be
+// reused (XALLOC_QUARANTINE; heap.h).
+inline constexpr size_t kQuarantineDepthMax = 256;
 // Guard pages: segment headers sit between two, large and huge blocks are
 // followed by one.
 inline constexpr size_t kGuardBytes = kEnabled ? 4096 : 0;

@@ -45,8 +45,9 @@ XALLOC_INLINE uintptr_t free_marker(const FreeBlock* block, uintptr_t secret = s
 // A plain XOR is enough: a forged link must still decode to a block of the
 // same slab (next_free checks it), and mixing the slab address first would
 // not hide the key from a program that knows one link's decoded value.
-XALLOC_INLINE uintptr_t link_key(const Page* page) {
-  return secure::kEnabled ? secure::g_link_secret ^ reinterpret_cast<uintptr_t>(page) : 0;
+// (`secret` is a parameter for loops, as in free_marker.)
+XALLOC_INLINE uintptr_t link_key(const Page* page, uintptr_t secret = secure::g_link_secret) {
+  return secure::kEnabled ? secret ^ reinterpret_cast<uintptr_t>(page) : 0;
 }
 
 // True when `address` is the start of a block of `page` (a slab):
@@ -68,8 +69,8 @@ XALLOC_INLINE bool is_carved_block_start(const Page* page, uintptr_t address, ui
   return (address - page->start) * page->div_magic < limit;
 }
 
-XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next) {
-  return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^ link_key(page));
+XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next, uintptr_t secret = secure::g_link_secret) {
+  return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^ link_key(page, secret));
 }
 
 // The block after `block` on `page`'s free list.
@@ -118,8 +119,8 @@ XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
 }
 
 // Pushes a block that is known to be a valid, marked block of `page`.
-XALLOC_INLINE void slab_push(Page* page, FreeBlock* block) {
-  set_next_free(page, block, page->free);
+XALLOC_INLINE void slab_push(Page* page, FreeBlock* block, uintptr_t link_secret = secure::g_link_secret) {
+  block->next = encode_link(page, page->free, link_secret);
   page->free = block;
 }
 

@@ -20,8 +20,10 @@
  *                             with XALLOC_BACKGROUND_PURGE=1) has given it back
  *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
  *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
- *   secure_probe delay        frees a block, then mallocs and frees 64-byte blocks until
- *                             the block comes back: prints how many frees that took
+ *   secure_probe delay        4000 times: a random number of 64-byte mallocs and frees (so
+ *                             that the next free lands anywhere in the quarantine), then
+ *                             frees a block and mallocs and frees until it comes back:
+ *                             prints the fewest and the most frees that took
  *
  * Before the misuse each prints "block <address>" (and flushes), so that the
  * test can match the report's address. */
@@ -172,20 +174,39 @@ static int reuse(void) {
   return 0;
 }
 
-static int delay(void) {
+/* Frees a block, then mallocs and frees until malloc hands it out again:
+ * the frees in between, or -1 if it never came back. */
+static int frees_until_reused(void) {
   void* p = launder(malloc(64));
   uintptr_t freed = (uintptr_t)p;
   free(p);
   for (int frees = 0; frees < 100000; ++frees) {
     void* q = launder(malloc(64));
     if ((uintptr_t)q == freed) {
-      printf("reused after %d frees\n", frees);
-      return 0;
+      free(q);
+      return frees;
     }
     free(q);
   }
-  printf("not reused after 100000 frees\n");
-  return 1;
+  return -1;
+}
+
+static int delay(void) {
+  int fewest = 1 << 30, most = -1;
+  uint64_t rng = 88172645463325252ull;
+  for (int trial = 0; trial < 4000; ++trial) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    for (unsigned i = 0; i < rng % 600; ++i) free(launder(malloc(64)));
+    int frees = frees_until_reused();
+    if (frees < 0) {
+      printf("not reused after 100000 frees\n");
+      return 1;
+    }
+    if (frees < fewest) fewest = frees;
+    if (frees > most) most = frees;
+  }
+  printf("reused after %d to %d frees\n", fewest, most);
+  return 0;
 }
 
 int main(int argc, char** argv) {
