@@ -46,11 +46,13 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
     report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
   if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_limit_now()))
     report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
-  // Without a canary the check that failed read the marker; if it is gone
-  // now, the owner handed the block out again after the first free. A
-  // pooled slab (no owner) has no block in use.
-  if (block->marker == free_marker(block) || !secure::kEnabled || page->owner == nullptr)
-    report_misuse("double free", block, page->block_size(), caller);
+  // The check that failed read the marker or (secure mode) the canary. A
+  // marker gone by now, with the canary intact, means the owner handed the
+  // block out again after the first free. A pooled slab (no owner) has no
+  // block in use.
+  bool canary_broken = secure::kEnabled && page->owner != nullptr && block->marker != free_marker(block) &&
+                       !canary_intact(page, block);
+  if (!canary_broken) report_misuse("double free", block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
 }
@@ -195,7 +197,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
   if (XALLOC_UNLIKELY(owner == nullptr)) return free_unowned(page, block, caller);
   XALLOC_CHECK(page->kind() == PageKind::kSlab);
   if (XALLOC_UNLIKELY(!is_carved_block_start(page, reinterpret_cast<uintptr_t>(ptr), page->carved_limit_now())) ||
-      XALLOC_UNLIKELY(!slab_mark_free(page, block)))
+      XALLOC_UNLIKELY(!slab_mark_free(page, block, owner == heap)))
     return report_slab_misuse(page, block, caller);
   if (XALLOC_UNLIKELY(owner == heap)) return free_slab_block_slow(heap, page, block);
   outbox_add(heap->outbox, owner, block, page->size_class);

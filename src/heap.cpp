@@ -104,9 +104,11 @@ void slab_carve(Page* page) {
     // stepping i down by one subtracts stride (below count), with no
     // division.
     size_t index = ((count - 1) * stride + shift) % count;
+    bool canary_in_tail = !canary_is_marker_word(page);
     for (size_t i = count; i-- > 0;) {
       auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
       *block = FreeBlock{encode_link(page, next), XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
+      if (canary_in_tail) write_canary(page, block);
       next = block;
       index = index >= stride ? index - stride : index + count - stride;
     }
@@ -436,6 +438,7 @@ XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
   auto address = reinterpret_cast<uintptr_t>(block);
   Page* page = page_of(segment_of(address), address);
   XALLOC_CHECK(page->owner == heap);
+  if (XALLOC_UNLIKELY(!freed_block_canary_intact(page, block))) report_overwritten_canary(page, block);
   if (kForReuse && secure::kEnabled) return quarantine_add(heap, page, block);
   slab_push(page, block);
   if (--page->needed == 0) heap_on_needed_zero(heap, page);

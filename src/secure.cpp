@@ -47,4 +47,17 @@ void report_corrupt_free_list(const Page* page, const void* block) {
   os::abort_process();
 }
 
+// Found when a block another thread freed reaches its owner: the overflow
+// happened before, in code the stack printed here (the owner's) need not
+// show.
+void report_overwritten_canary(const Page* page, const void* block) {
+  emergency::enter();
+  report::message(
+      "heap overflow (canary at the end of the block overwritten) of %p (%u-byte class), found after the block "
+      "was freed, before its reuse",
+      block, page->block_size());
+  stack_trace_print();
+  os::abort_process();
+}
+
 }  // namespace xalloc

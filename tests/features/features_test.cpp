@@ -199,14 +199,39 @@ std::string block_address(const Outcome& r) {
   return line.empty() ? "?" : line.substr(6);
 }
 
-TEST(Secure, OverflowPastTheEndOfA40ByteBlockIsReportedAtFree) {
-  Outcome r = secure_probe("overflow");
+void expect_overflow_report_at_free(const Outcome& r, const std::string& block_class) {
   ASSERT_EQ(r.signal(), SIGABRT) << r.describe();
   std::string expected = "xalloc: heap overflow (canary at the end of the block overwritten) detected at free of " +
-                         block_address(r);
-  EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << "expected a line starting\n  " << expected
-                                                                     << "\n" << r.describe();
+                         block_address(r) + " (" + block_class + " class) in free()";
+  EXPECT_EQ(line_starting(r.err, "xalloc: "), expected) << r.describe();
   EXPECT_EQ(r.out.find("survived"), std::string::npos);
+}
+
+TEST(Secure, OverflowPastTheEndOfA40ByteBlockIsReportedAtFree) {
+  expect_overflow_report_at_free(secure_probe("overflow"), "48-byte");
+}
+
+// A block freed by another thread has its canary checked when its owner
+// takes it back.
+TEST(Secure, OverflowOfABlockFreedByAnotherThreadIsReportedBeforeItsReuse) {
+  Outcome r = secure_probe("overflow-remote");
+  ASSERT_EQ(r.signal(), SIGABRT) << r.describe();
+  std::string expected = "xalloc: heap overflow (canary at the end of the block overwritten) of " + block_address(r) +
+                         " (48-byte class), found after the block was freed, before its reuse";
+  EXPECT_EQ(line_starting(r.err, "xalloc: "), expected) << r.describe();
+  EXPECT_EQ(r.out.find("survived"), std::string::npos);
+}
+
+// The 16-byte class keeps its canary in the free marker's word.
+TEST(Secure, OverflowPastTheEndOfAn8ByteBlockIsReportedAtFree) {
+  expect_overflow_report_at_free(secure_probe("overflow-small"), "16-byte");
+}
+
+// Canaries are written when a slab is carved, not at each malloc: a write
+// into a free block's canary is still there when the block is handed out
+// again, and its next free reports it.
+TEST(Secure, CanaryOverwrittenWhileTheBlockWasFreeIsReportedAtItsNextFree) {
+  expect_overflow_report_at_free(secure_probe("tail-after-free"), "48-byte");
 }
 
 TEST(Secure, UsableSizeExcludesTheCanary) {

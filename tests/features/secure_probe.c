@@ -4,6 +4,13 @@
  *
  *   secure_probe overflow     writes 8 bytes past malloc(40)'s end, frees: must abort
  *   secure_probe at-usable    writes 8 bytes at malloc(40) + malloc_usable_size: must abort
+ *   secure_probe overflow-small  the same past malloc(8) (the 16-byte class, whose
+ *                             canary shares its word with the free marker): must abort
+ *   secure_probe overflow-remote  the overflow of "overflow", but another thread frees the
+ *                             block; then 100000 x malloc(40), so that the owner takes the
+ *                             block back: must abort
+ *   secure_probe tail-after-free  frees malloc(40), writes 8 bytes at its usable size,
+ *                             mallocs and frees until the block comes back, frees it: must abort
  *   secure_probe usable       fills the whole usable size of many blocks, frees: must pass
  *   secure_probe double-free  frees a block twice: must abort
  *   secure_probe guard        writes one byte just past a large block's pages: must fault
@@ -29,6 +36,7 @@
  * test can match the report's address. */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +66,58 @@ static int overflow(int at_usable) {
   free(p);
   printf("survived\n");
   return 0;
+}
+
+static void* free_it(void* p) {
+  free(p);
+  return NULL;
+}
+
+static int overflow_remote(void) {
+  char* p = launder(malloc(40));
+  say_block((uintptr_t)p);
+  memset(p, 'a', 40);
+  memset(p + 40, 'X', 8);
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, free_it, p) != 0 || pthread_join(thread, NULL) != 0) return 2;
+  for (int i = 0; i < 100000; ++i) launder(malloc(40));
+  printf("survived\n");
+  return 0;
+}
+
+static int overflow_small(void) {
+  /* Blocks handed out before and after frees of the class: the canary is
+   * written at every malloc in this class. */
+  for (int i = 0; i < 1000; ++i) free(launder(malloc(8)));
+  char* p = launder(malloc(8));
+  say_block((uintptr_t)p);
+  memset(p, 'a', 8);
+  memset(p + malloc_usable_size(p), 'X', 8);
+  free(p);
+  printf("survived\n");
+  return 0;
+}
+
+/* A write into a freed block's canary (a use after free) is found when the
+ * block, handed out again, is freed. */
+static int tail_after_free(void) {
+  char* p = launder(malloc(40));
+  size_t usable = malloc_usable_size(p);
+  uintptr_t freed = (uintptr_t)p;
+  say_block(freed);
+  free(p);
+  memset((char*)launder((void*)freed) + usable, 'X', 8);
+  for (int i = 0; i < 100000; ++i) {
+    char* q = launder(malloc(40));
+    if ((uintptr_t)q == freed) {
+      free(q);
+      printf("survived\n");
+      return 0;
+    }
+    free(q);
+  }
+  printf("not reused\n");
+  return 1;
 }
 
 static int usable_is_usable(void) {
@@ -213,6 +273,9 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "overflow") == 0) return overflow(0);
   if (strcmp(mode, "at-usable") == 0) return overflow(1);
+  if (strcmp(mode, "overflow-remote") == 0) return overflow_remote();
+  if (strcmp(mode, "overflow-small") == 0) return overflow_small();
+  if (strcmp(mode, "tail-after-free") == 0) return tail_after_free();
   if (strcmp(mode, "usable") == 0) return usable_is_usable();
   if (strcmp(mode, "double-free") == 0) return double_free();
   if (strcmp(mode, "guard") == 0) return guard();
@@ -224,6 +287,6 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
   return 2;
 }
