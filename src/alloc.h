@@ -54,9 +54,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
     if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_limit))) {
       if (secure::kEnabled) return quarantine_add(heap, page, block);
-      slab_push(page, block);
-      if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
-      return;
+      return slab_free_block(heap, page, block);
     }
     return free_not_local(page, ptr, caller, heap);
   }

@@ -440,8 +440,7 @@ XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
   XALLOC_CHECK(page->owner == heap);
   if (XALLOC_UNLIKELY(!freed_block_canary_intact(page, block))) report_overwritten_canary(page, block);
   if (kForReuse && secure::kEnabled) return quarantine_add(heap, page, block);
-  slab_push(page, block);
-  if (--page->needed == 0) heap_on_needed_zero(heap, page);
+  slab_free_block(heap, page, block);
 }
 
 template <bool kForReuse>
@@ -487,9 +486,13 @@ void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::Quarantine
     if (block == nullptr) continue;
     Page* page = slot->page;
     XALLOC_CHECK(page->owner == heap);
-    slab_push(page, block, link_secret);
-    if (--page->needed == 0) heap_on_needed_zero(heap, page);
+    slab_free_block(heap, page, block, link_secret);
   }
+}
+
+// The end of the ring's second half.
+Heap::QuarantineSlot* quarantine_end(const Heap* heap) {
+  return heap->quarantine_mid + (heap->quarantine_mid - heap->quarantine);
 }
 
 }  // namespace
@@ -499,12 +502,8 @@ void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::Quarantine
 void quarantine_turn(Heap* heap, Page* page, FreeBlock* block) {
   Heap::QuarantineSlot* begin = heap->quarantine;
   Heap::QuarantineSlot* mid = heap->quarantine_mid;
-  if (mid == begin) {  // no quarantine
-    slab_push(page, block);
-    if (--page->needed == 0) heap_on_needed_zero(heap, page);
-    return;
-  }
-  Heap::QuarantineSlot* end = mid + (mid - begin);
+  if (mid == begin) return slab_free_block(heap, page, block);  // no quarantine
+  Heap::QuarantineSlot* end = quarantine_end(heap);
   Heap::QuarantineSlot* next = heap->quarantine_next;
   if (next == mid) {
     quarantine_release(heap, mid, end);
@@ -521,7 +520,7 @@ void quarantine_turn(Heap* heap, Page* page, FreeBlock* block) {
 void quarantine_flush(Heap* heap) {
   Heap::QuarantineSlot* begin = heap->quarantine;
   Heap::QuarantineSlot* mid = heap->quarantine_mid;
-  Heap::QuarantineSlot* end = mid + (mid - begin);
+  Heap::QuarantineSlot* end = quarantine_end(heap);
   Heap::QuarantineSlot* next = heap->quarantine_next;
   // The other half, a lap old, then the filling half up to `next` (the
   // slots after it were freed a lap ago).

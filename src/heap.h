@@ -194,6 +194,15 @@ struct OwnerFieldReads {
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
 void heap_on_needed_zero(Heap* heap, Page* page);
 
+// Frees `block`, a checked and marked block of `page`, which `heap` owns,
+// for real: back on the slab's free list, and the slab's slow path when
+// that was the free it waited for. (`link_secret` as for slab_push.)
+XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
+                                   uintptr_t link_secret = secure::g_link_secret) {
+  slab_push(page, block, link_secret);
+  if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
+}
+
 // A zeroed block of class `cls`: blocks carved from memory fresh from the
 // OS are already zero but for the free-list words carving wrote.
 void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
