@@ -125,11 +125,17 @@ void cache_seal_purged(Segment* segment) {
                                           segment->mapping_size - kHugeHeader - secure::kGuardBytes);
 }
 
-bool cache_unseal(Segment* segment, size_t offset) {
-  if (!secure::kEnabled || !segment->huge_sealed) return true;
+// Makes a cached mapping's bytes from `offset` on accessible again. Those
+// in front of an aligned block stay sealed, even after the block is cached
+// again unpurged: a later block at a smaller offset opens them.
+bool cache_open(Segment* segment, size_t offset) {
+  if (!secure::kEnabled) return true;
+  uintptr_t base = segment->base();
+  size_t open_from = segment->huge_sealed ? segment->mapping_size - secure::kGuardBytes : segment->huge_open_from;
+  if (offset >= open_from) return true;
   segment->huge_sealed = 0;
-  return os::protect_read_write(reinterpret_cast<void*>(segment->base() + offset),
-                                segment->mapping_size - offset - secure::kGuardBytes);
+  segment->huge_open_from = static_cast<uint32_t>(offset);
+  return os::protect_read_write(reinterpret_cast<void*>(base + offset), open_from - offset);
 }
 
 void cache_unlink(Segment* segment) {
@@ -255,7 +261,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   size_t offset = huge_offset(alignment);
   size_t mapping = round_up(offset + size, kOsPageSize) + secure::kGuardBytes;
   Segment* segment = cache_take(mapping);
-  if (segment != nullptr && !cache_unseal(segment, offset)) {
+  if (segment != nullptr && !cache_open(segment, offset)) {
     huge_unmap(segment);  // the kernel refused (too many mappings): map afresh
     segment = nullptr;
   }
@@ -277,7 +283,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool is_zero = fresh || segment->huge_purged;
   segment->huge_purged = 0;
   huge_setup(segment, mapping, offset);
-  // A cached mapping kept its guard page (cache_unseal leaves it).
+  // A cached mapping kept its guard page (cache_open leaves it).
   if (fresh) guard_after(&segment->pages[0], huge_guard_address(segment));
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);

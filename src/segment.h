@@ -39,6 +39,7 @@ struct Segment {
   uint64_t freed_at;          // huge cache: when the block was freed (ms)
   uint8_t huge_purged;        // huge cache: its pages were given back
   uint8_t huge_sealed;        // huge cache, secure mode: and made inaccessible (large.cpp)
+  uint32_t huge_open_from;    // huge, secure mode: offset where the accessible bytes begin (0: all)
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.
   uint64_t dirty[kSlicesPerSegment / 64];

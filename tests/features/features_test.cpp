@@ -337,6 +337,12 @@ TEST(Secure, CachedHugeBlockIsGuardedAndSealed) {
   Outcome after_delay = run_program({XTEST_SECURE_PROBE, "huge-after-delay"}, decay, 30);
   EXPECT_EQ(after_delay.signal(), SIGSEGV) << after_delay.describe();
   EXPECT_EQ(after_delay.out.find("survived"), std::string::npos) << after_delay.describe();
+  // A mapping opened for an aligned block (its front left sealed) and
+  // cached again unpurged is opened in full for an unaligned one.
+  Outcome realigned = run_program({XTEST_SECURE_PROBE, "huge-realign"}, decay, 30);
+  EXPECT_TRUE(realigned.exited_ok()) << realigned.describe();
+  EXPECT_NE(realigned.out.find("cached mapping"), std::string::npos) << realigned.describe();
+  EXPECT_NE(realigned.out.find("survived"), std::string::npos) << realigned.describe();
   // The default build caches the block too, and keeps it accessible.
   Outcome plain = secure_probe("huge-after-free", XTEST_LIBXALLOC);
   EXPECT_TRUE(plain.exited_ok()) << plain.describe();

@@ -19,6 +19,11 @@
  *                             byte just past its pages: must fault
  *   secure_probe huge-reuse   frees a 24 MiB block, takes a 22 MiB one (the cached
  *                             mapping), fills its usable size, writes just past it: must fault
+ *   secure_probe huge-realign  a cached mapping reused at a smaller offset: frees an
+ *                             18 MiB block, waits a second (XALLOC_PURGE_DELAY_MS and
+ *                             XALLOC_BACKGROUND_PURGE=1 seal it), takes it with 1 MiB
+ *                             alignment, frees it, takes it again unaligned and fills
+ *                             the block: must pass
  *   secure_probe huge-after-free  frees a 24 MiB block (a burst beyond the dirty budget:
  *                             given back at once), writes into it: must fault
  *   secure_probe huge-after-delay  frees an 18 MiB block (within the burst threshold:
@@ -195,6 +200,24 @@ static int huge_reuse(void) {
   return 0;
 }
 
+static int huge_realign(void) {
+  char* first = launder(malloc(18 * kHugeMiB));
+  memset(first, 'a', malloc_usable_size(first));
+  uintptr_t first_segment = (uintptr_t)first >> 25;
+  free(first);
+  usleep(1000 * 1000);
+  char* aligned = launder(aligned_alloc(kHugeMiB, 17 * kHugeMiB));
+  memset(aligned, 'b', malloc_usable_size(aligned));
+  free(aligned);
+  char* p = launder(malloc(17 * kHugeMiB + kHugeMiB / 2));
+  printf("%s mapping\n", (uintptr_t)p >> 25 == first_segment ? "cached" : "new");
+  fflush(stdout);
+  memset(p, 'c', malloc_usable_size(p));
+  free(p);
+  printf("survived\n");
+  return 0;
+}
+
 /* Frees a huge block of `mib` MiB, waits `wait_ms`, writes into it. */
 static int write_after_free(size_t mib, unsigned wait_ms) {
   char* p = launder(malloc(mib * kHugeMiB));
@@ -282,11 +305,12 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "realloc-guard") == 0 && argc == 4)
     return realloc_guard(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
   if (strcmp(mode, "huge-reuse") == 0) return huge_reuse();
+  if (strcmp(mode, "huge-realign") == 0) return huge_realign();
   if (strcmp(mode, "huge-after-free") == 0) return write_after_free(24, 0);
   if (strcmp(mode, "huge-after-delay") == 0) return write_after_free(18, 1000);
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-realign|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
   return 2;
 }
