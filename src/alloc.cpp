@@ -59,8 +59,7 @@ XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller cal
 
 // A checked slab block freed by its owner through the out-of-line path.
 XALLOC_NOINLINE void free_slab_block_slow(Heap* heap, Page* page, FreeBlock* block) {
-  if (secure::kEnabled) return quarantine_add(heap, page, block);
-  slab_free_block(heap, page, block);
+  heap_free_owned(heap, page, block);
 }
 
 XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller caller) {

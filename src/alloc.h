@@ -53,8 +53,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     auto* block = static_cast<FreeBlock*>(ptr);
     if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
     if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_limit))) {
-      if (secure::kEnabled) return quarantine_add(heap, page, block);
-      return slab_free_block(heap, page, block);
+      return heap_free_owned(heap, page, block);
     }
     return free_not_local(page, ptr, caller, heap);
   }

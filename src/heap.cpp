@@ -439,7 +439,7 @@ XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
   Page* page = page_of(segment_of(address), address);
   XALLOC_CHECK(page->owner == heap);
   if (XALLOC_UNLIKELY(!freed_block_canary_intact(page, block))) report_overwritten_canary(page, block);
-  if (kForReuse && secure::kEnabled) return quarantine_add(heap, page, block);
+  if (kForReuse) return heap_free_owned(heap, page, block);
   slab_free_block(heap, page, block);
 }
 
@@ -499,7 +499,7 @@ Heap::QuarantineSlot* quarantine_end(const Heap* heap) {
 
 // The free that finds the filling half full: frees the other half's blocks
 // (a lap old) and fills that half next.
-void quarantine_turn(Heap* heap, Page* page, FreeBlock* block) {
+void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block) {
   Heap::QuarantineSlot* begin = heap->quarantine;
   Heap::QuarantineSlot* mid = heap->quarantine_mid;
   if (mid == begin) return slab_free_block(heap, page, block);  // no quarantine
@@ -532,7 +532,7 @@ void quarantine_flush(Heap* heap) {
   heap->quarantine_turn = mid;
 }
 #else
-void quarantine_turn(Heap*, Page*, FreeBlock*) {}
+void quarantine_swap_halves(Heap*, Page*, FreeBlock*) {}
 void quarantine_flush(Heap*) {}
 #endif
 

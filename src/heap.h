@@ -223,11 +223,11 @@ void heap_drain_inbox_for_reuse(Heap* heap);
 
 // Secure mode: `block`, a checked and marked block of `page`, which `heap`
 // owns, waits in the heap's quarantine before it is freed for real.
-void quarantine_turn(Heap* heap, Page* page, FreeBlock* block);
+void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block);
 XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
 #if XALLOC_SECURE
   Heap::QuarantineSlot* slot = heap->quarantine_next;
-  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_turn(heap, page, block);
+  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_swap_halves(heap, page, block);
   *slot = {block, page};
   heap->quarantine_next = slot + 1;
 #else
@@ -236,6 +236,13 @@ XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
   (void)block;
 #endif
 }
+// Frees `block`, a checked and marked block of `page`, which `heap` owns:
+// into the quarantine in secure mode, else back on its slab at once.
+XALLOC_INLINE void heap_free_owned(Heap* heap, Page* page, FreeBlock* block) {
+  if (secure::kEnabled) return quarantine_add(heap, page, block);
+  slab_free_block(heap, page, block);
+}
+
 // Secure mode: really frees every block waiting in the heap's quarantine.
 void quarantine_flush(Heap* heap);
 
