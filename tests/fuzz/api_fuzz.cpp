@@ -33,6 +33,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -438,6 +439,14 @@ void run(Reader& r) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+#if defined(XFUZZ_SECURE)
+  // Freed huge blocks are sealed when the purge gives their pages back;
+  // with no delay that happens at the next purge check, a few milliseconds
+  // on, so inputs reach sealed, reopened and resealed mappings (which the
+  // default half-second delay rarely lets a run see). Set before the first
+  // call: the options are read then.
+  setenv("XALLOC_PURGE_DELAY_MS", "0", 0);
+#endif
   // Set the allocator up (and its thread heap) before measuring.
   xalloc_free(xalloc_malloc(16));
   g_baseline_in_use = in_use();
