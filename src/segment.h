@@ -50,7 +50,12 @@ struct Segment {
   uint64_t budget_purged[kSlicesPerSegment / 64];
   uint32_t budget_purge_epoch;
   Page* page_of_slice[kSlicesPerSegment];
-  Page pages[kSlicesPerSegment];
+  // On a 128-byte boundary: a descriptor's two lines are then one of the
+  // aligned pairs that the processors' adjacent-line prefetch fetches
+  // together, so a free that misses on the second line (the owner) has the
+  // first (the free list) coming too. (At 64 mod 128 each pair held halves
+  // of two neighbouring descriptors; larson ran 5% slower.)
+  alignas(128) Page pages[kSlicesPerSegment];
 
   // The first byte of the segment (its mapping).
   uintptr_t base() const { return reinterpret_cast<uintptr_t>(this) - kSegmentHeaderOffset; }
