@@ -34,8 +34,20 @@ size_t dirty_budget_bytes() {
 
 unsigned dirty_budget_boost() { return g_budget_boost.load(std::memory_order_relaxed); }
 
+namespace {
+// How far a burst of frees may go beyond the budget before it is given
+// back at once (burst_threshold_bytes); and how far memory in use may fall
+// from its recent peak, in how many spans freed with none taken in
+// between, before the boost is over (SpanAllocator::release).
+constexpr size_t kBurstSlack = size_t{16} << 20;
+constexpr size_t kShrinkingSpans = 16;
+// While shrinking, free memory beyond the allowance is purged in batches
+// of about this much: one system call per span freed would cost free-1g's
+// frees a third more time; in batches, coalesced spans go back together.
+constexpr size_t kShrinkingSlack = size_t{4} << 20;
+}  // namespace
+
 size_t burst_threshold_bytes(size_t budget) {
-  constexpr size_t kBurstSlack = size_t{16} << 20;
   return budget * 2 > budget + kBurstSlack ? budget * 2 : budget + kBurstSlack;
 }
 
@@ -164,6 +176,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   Segment* segment = segment_of_page(free_span);
   size_t first = segment->slice_index(free_span);
   size_t total = free_span->slice_count;
+  freed_since_take_spans_ = 0;
   // Taken from the front, so that a large block can later grow in place.
   if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
 
@@ -255,16 +268,32 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
   // (The span's bytes left the count of memory in use just before.)
-  note_in_use_locked(stats::in_use_bytes() + span->span_bytes());
+  size_t in_use = stats::in_use_bytes();
+  note_in_use_locked(in_use + span->span_bytes());
+  ++freed_since_take_spans_;
   release_locked(span, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
+  // The boost keeps memory for a program that takes back what it frees.
+  // One whose memory in use falls this far, span after span with none
+  // taken, is shrinking - a phase or the whole job is over, and it may
+  // well go idle now, with no call left to run the delayed purge - so the
+  // budget is its own size again and what it frees from now on beyond the
+  // allowance goes back at once, in batches. (A program that churns takes
+  // memory between its frees, or keeps its memory in use level while empty
+  // slabs pass through the slab pool: malloc_large frees one block of up
+  // to 25 MiB before each allocation, realloc_growth one or two of up to 4
+  // MiB.)
+  bool shrinking =
+      freed_since_take_spans_ >= kShrinkingSpans && recent_peak_in_use_locked() > in_use + kBurstSlack;
+  if (shrinking) end_budget_boost_locked();
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t allowance_bytes = dirty_allowance_bytes_locked(now);
   size_t allowance = allowance_bytes >> kSliceShift;
   // A burst of frees far beyond the allowance (a phase of the program
   // ended) is given back at once, largest spans first: no later allocation
   // may come to trigger the delayed purge.
-  size_t hard_cap = burst_threshold_bytes(allowance_bytes) >> kSliceShift;
+  size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
+  size_t hard_cap = cap_bytes >> kSliceShift;
   if (dirty_free_slices_ > hard_cap) {
     for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance;) {
       for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance; s = s->next) purge_span_locked(s, true);
@@ -290,6 +319,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   size_t extra = slices - span->slice_count;
   if (after->slice_count < extra) return false;
   remove_free(after);
+  freed_since_take_spans_ = 0;
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
@@ -366,8 +396,7 @@ void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t cou
 size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
   size_t budget = dirty_budget_bytes();
   size_t in_use = stats::in_use_bytes();
-  size_t peak = in_use;
-  for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
+  size_t peak = recent_peak_in_use_locked();
   // Only free memory beyond the budget needs the rest, which walks every
   // span: once a review period, or sooner when memory in use moved by a
   // sixteenth since the last walk (in a burst of frees, live data falls
@@ -400,6 +429,19 @@ size_t SpanAllocator::live_bytes_locked() const {
 
 void SpanAllocator::note_in_use_locked(size_t in_use) {
   if (in_use > in_use_peaks_[peak_period_]) in_use_peaks_[peak_period_] = in_use;
+}
+
+// The most memory in use over the last delay, now included.
+size_t SpanAllocator::recent_peak_in_use_locked() const {
+  size_t peak = stats::in_use_bytes();
+  for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
+  return peak;
+}
+
+// A shrinking program's budget is its base size again (release).
+void SpanAllocator::end_budget_boost_locked() {
+  g_budget_boost.store(0, std::memory_order_relaxed);
+  calm_periods_ = 0;
 }
 
 // The budget holds free memory for a tenth of the purge delay (purge_locked)

@@ -102,6 +102,8 @@ class SpanAllocator {
   // shortly before (the budget's feedback, dirty_budget_bytes).
   void note_reuse_locked(Segment* segment, size_t first, size_t count);
   void review_budget_locked(uint64_t now_ms);
+  void end_budget_boost_locked();
+  size_t recent_peak_in_use_locked() const;
   // Free memory that may stay resident beyond a tenth of the delay: the
   // budget, plus what the program freed since its recent peak and may take
   // again (span_allocator.cpp).
@@ -138,6 +140,7 @@ class SpanAllocator {
   size_t budget_reused_slices_ = 0;
   size_t peak_dirty_free_slices_ = 0;
   unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
+  size_t freed_since_take_spans_ = 0;  // spans released since one was last taken
   // The most memory in use (slabs and large blocks) seen in each of the
   // last kPeakPeriods review periods (a whole delay), this one's at
   // peak_period_; and the live bytes counted last, the memory in use then,

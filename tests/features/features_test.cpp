@@ -793,6 +793,23 @@ TEST(Memory, MemoryTakenBackSoonIsNotPurgedOverAndOver) {
   std::printf("\n");
 }
 
+TEST(Memory, BurstOfFreesIsReturnedWhileTheBudgetIsBoosted) {
+  // The rounds of the test above raise the dirty budget to sixteen times
+  // its size; then 48 MiB of large blocks are written, freed at once, and
+  // the program sleeps. Freeing that much with nothing taken in between
+  // ends the boost: the burst goes back as it is freed, not kept for reuse
+  // that no call will come to purge. (Before: all 48 MiB stayed.)
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "shrink"}, {}, 60);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  ASSERT_NE(r.err.find("(x16: purged memory is being taken back soon)"), std::string::npos)
+      << "the budget was not boosted before the frees: the test tests nothing\n" << r.err;
+  auto v = key_values(r.out);
+  // What may stay: the budget at its base size and a batch of the purge.
+  EXPECT_LT(v["at_1s_kib"], v["allocated_kib"] - 32 * kKiBPerMiB) << r.out;
+  std::printf("RSS (KiB): %.0f with the 48 MiB written, %.0f a second after they were freed\n", v["allocated_kib"],
+              v["at_1s_kib"]);
+}
+
 long maxrss_kib(const std::vector<std::string>& env, const char* program) {
   std::vector<std::string> argv = {XTEST_RSS_OF};
   argv.insert(argv.end(), env.begin(), env.end());

@@ -16,6 +16,9 @@
  *   memory_probe reuse      20 rounds of: allocate twelve 1 MiB blocks, write
  *                           them, free them, sleep 60 ms, allocate and free
  *                           one more; the page faults of each round
+ *   memory_probe shrink     the rounds of `reuse` (so the dirty budget grows),
+ *                           the statistics on stderr, then 48 MiB in 256 KiB
+ *                           blocks written and freed, and RSS after 1 s idle
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -28,6 +31,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xalloc/xalloc.h>
 
 static size_t rss_kib(void) {
   FILE* f = fopen("/proc/self/statm", "r");
@@ -242,7 +247,7 @@ static long minor_faults(void) {
   return usage.ru_minflt;
 }
 
-static int reuse(void) {
+static int reuse_rounds(int print) {
   enum { kRounds = 20, kBlocks = 12, kBlockBytes = 1 << 20 };
   void* blocks[kBlocks];
   for (int round = 0; round < kRounds; ++round) {
@@ -253,10 +258,32 @@ static int reuse(void) {
       memset(blocks[i], round, kBlockBytes);
     }
     for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
-    printf("round=%d faults=%ld\n", round, minor_faults() - before);
+    if (print) printf("round=%d faults=%ld\n", round, minor_faults() - before);
     sleep_ms(60);
     free(malloc(kBlockBytes)); /* the allocator's periodic work runs on such calls */
   }
+  return 0;
+}
+
+static int reuse(void) { return reuse_rounds(1); }
+
+/* --- shrink --------------------------------------------------------------------- */
+
+static int shrink(void) {
+  enum { kBlocks = 192, kBlockBytes = 256 << 10 };
+  if (reuse_rounds(0) != 0) return 1;
+  xalloc_stats_print(); /* the test reads the budget's boost from it */
+  void* blocks[kBlocks];
+  for (int i = 0; i < kBlocks; ++i) {
+    blocks[i] = malloc(kBlockBytes);
+    if (blocks[i] == NULL) return 1;
+    memset(blocks[i], i, kBlockBytes);
+  }
+  printf("allocated_kib=%zu\n", rss_kib());
+  for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
+  /* Sleep without allocating, as a program does once its work is done. */
+  sleep_ms(1000);
+  printf("at_1s_kib=%zu\n", rss_kib());
   return 0;
 }
 
@@ -267,6 +294,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "idle") == 0) return idle();
   if (strcmp(mode, "churn") == 0 && argc == 3) return churn(strtoul(argv[2], NULL, 10));
   if (strcmp(mode, "reuse") == 0) return reuse();
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse\n", argv[0]);
+  if (strcmp(mode, "shrink") == 0) return shrink();
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink\n", argv[0]);
   return 2;
 }
