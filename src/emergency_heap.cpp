@@ -11,7 +11,10 @@ namespace xalloc::emergency {
 namespace {
 
 constexpr size_t kBufferBytes = 1 << 20;
-alignas(4096) char g_buffer[kBufferBytes];
+// (Not page-aligned: that would align all of .bss, and put the first
+// variable of .bss, which the C runtime reads and then writes at exit, on
+// a page of its own - two page faults in every process.)
+alignas(64) char g_buffer[kBufferBytes];
 size_t g_used = 0;  // only the reporting thread bumps it
 __thread bool t_active = false;
 
@@ -35,7 +38,7 @@ bool owns(const void* ptr) {
 void* alloc(size_t size, size_t alignment) {
   if (alignment < 16) alignment = 16;
   // Each block is preceded by its size, for realloc. Aligned as an
-  // address: the buffer itself is only page-aligned.
+  // address: the buffer itself is only 64-byte aligned.
   auto base = reinterpret_cast<uintptr_t>(g_buffer);
   size_t start = ((base + g_used + sizeof(size_t) + alignment - 1) & ~(alignment - 1)) - base;
   if (start + size > kBufferBytes || start + size < start) {

@@ -20,7 +20,7 @@
 
 namespace xalloc {
 
-constinit Page g_empty_page{};
+XALLOC_STARTUP_DATA constinit Page g_empty_page{};
 constinit Heap g_empty_heap{Heap::EmptyTag{}};
 __thread Heap* t_heap = &g_empty_heap;
 

@@ -20,9 +20,9 @@
 
 namespace xalloc::prof {
 
-std::atomic<bool> g_watch_allocations_flag{false};
-std::atomic<bool> g_profiling_flag{false};
-std::atomic<bool> g_windowed_flag{false};
+XALLOC_STARTUP_DATA std::atomic<bool> g_watch_allocations_flag{false};
+XALLOC_STARTUP_DATA std::atomic<bool> g_profiling_flag{false};
+XALLOC_STARTUP_DATA std::atomic<bool> g_windowed_flag{false};
 
 namespace {
 

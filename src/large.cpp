@@ -75,14 +75,14 @@ bool keep_sample_span(Page* span) {
 // it), or at its alignment if that is larger.
 constexpr size_t kHugeHeader = kHeaderBytes;
 
-Mutex g_huge_lock;
-Segment* g_huge_cache = nullptr;  // most recently freed first
-size_t g_huge_cache_bytes = 0;
-size_t g_huge_cache_resident = 0;  // of which not purged
-uint64_t g_huge_next_purge_ms = 0;
+XALLOC_STARTUP_DATA Mutex g_huge_lock;
+XALLOC_STARTUP_DATA Segment* g_huge_cache = nullptr;  // most recently freed first
+XALLOC_STARTUP_DATA size_t g_huge_cache_bytes = 0;
+XALLOC_STARTUP_DATA size_t g_huge_cache_resident = 0;  // of which not purged
+XALLOC_STARTUP_DATA uint64_t g_huge_next_purge_ms = 0;
 // Bytes freed into the cache since a cached mapping was last reused: a
 // burst of frees that nothing takes back (huge_free).
-size_t g_huge_unreused_bytes = 0;
+XALLOC_STARTUP_DATA size_t g_huge_unreused_bytes = 0;
 
 size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
 

@@ -20,13 +20,13 @@ struct ClassList {
 
 static_assert(kNumClasses <= 64, "one bit per class in g_classes_held");
 
-Mutex g_lock;
-ClassList g_lists[kNumClasses];
+XALLOC_STARTUP_DATA Mutex g_lock;
+XALLOC_STARTUP_DATA ClassList g_lists[kNumClasses];
 // Bit c: g_lists[c] is not empty. Written under the lock; read without it
 // as a hint, so that a refill finds out that nothing fits without locking.
-std::atomic<uint64_t> g_classes_held{0};
-std::atomic<size_t> g_bytes{0};
-std::atomic<uint64_t> g_next_look_ms{0};
+XALLOC_STARTUP_DATA std::atomic<uint64_t> g_classes_held{0};
+XALLOC_STARTUP_DATA std::atomic<size_t> g_bytes{0};
+XALLOC_STARTUP_DATA std::atomic<uint64_t> g_next_look_ms{0};
 
 // The classes whose slabs are `slices` long.
 constexpr uint64_t classes_of_length(size_t slices) {

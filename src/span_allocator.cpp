@@ -18,7 +18,7 @@ namespace {
 
 // The dirty budget's boost (a shift), set under the span allocator's lock
 // by review_budget_locked, read anywhere.
-std::atomic<unsigned> g_budget_boost{0};
+XALLOC_STARTUP_DATA std::atomic<unsigned> g_budget_boost{0};
 constexpr unsigned kMaxBudgetBoost = 4;
 // Review periods (a tenth of the delay each) of calm before the boost
 // steps down: a whole delay.

@@ -15,7 +15,7 @@
 
 namespace xalloc::stats {
 
-constinit Global g_global;
+XALLOC_STARTUP_DATA constinit Global g_global;
 
 }  // namespace xalloc::stats
 

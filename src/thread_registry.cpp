@@ -31,20 +31,20 @@ constexpr uint64_t kInitNone = 0;
 constexpr uint64_t kInitRunning = 1;  // | process id << 2
 constexpr uint64_t kInitDone = 2;
 
-std::atomic<uint64_t> g_init{kInitNone};
+XALLOC_STARTUP_DATA std::atomic<uint64_t> g_init{kInitNone};
 __thread bool t_initializing = false;
-bool g_fork_handlers_registered = false;
-pthread_key_t g_heap_key;
-bool g_have_heap_key = false;
+XALLOC_STARTUP_DATA bool g_fork_handlers_registered = false;
+XALLOC_STARTUP_DATA pthread_key_t g_heap_key;
+XALLOC_STARTUP_DATA bool g_have_heap_key = false;
 
-Mutex g_registry_lock;
-std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
-Heap* g_orphans = nullptr;
+XALLOC_STARTUP_DATA Mutex g_registry_lock;
+XALLOC_STARTUP_DATA std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
+XALLOC_STARTUP_DATA Heap* g_orphans = nullptr;
 
 // Heaps come from pages mapped for them and are never unmapped.
 constexpr size_t kHeapChunkBytes = 64 * 1024;
-char* g_heap_chunk = nullptr;
-size_t g_heap_chunk_left = 0;
+XALLOC_STARTUP_DATA char* g_heap_chunk = nullptr;
+XALLOC_STARTUP_DATA size_t g_heap_chunk_left = 0;
 
 // Set once this thread's heap has been torn down by its key destructor.
 __thread bool t_heap_torn_down = false;
@@ -55,7 +55,7 @@ __thread bool t_heap_torn_down = false;
 // never be orphaned: no destructor runs after the last round. It is an
 // orphan from the start, never adopted, so frees of its blocks, from any
 // thread, drain into it like into any orphan's (orphan_collect).
-Heap* g_late_heap = nullptr;
+XALLOC_STARTUP_DATA Heap* g_late_heap = nullptr;
 
 // XALLOC_BACKGROUND_PURGE: a thread that runs the purge on its own clock.
 std::atomic<bool> g_purger_running{false};
@@ -183,7 +183,7 @@ void fork_child() {
 
 }  // namespace
 
-std::atomic<bool> g_process_ready{false};
+XALLOC_STARTUP_DATA std::atomic<bool> g_process_ready{false};
 
 void process_init() {
   // The initialising thread's own allocations (glibc allocates in

@@ -1,6 +1,8 @@
 // Linux implementation of the platform layer (see os.h).
 #include "platform/os.h"
 
+#include "config.h"
+
 #include <linux/futex.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -63,7 +65,7 @@ void unmap(void* addr, size_t size) {
 void* map_aligned(size_t size, size_t alignment) {
   // Ask at the address where an aligned mapping would follow the last one,
   // which usually succeeds; otherwise over-map and trim the ends.
-  static uintptr_t next_hint = 0;
+  XALLOC_STARTUP_DATA static uintptr_t next_hint = 0;
   uintptr_t hint = __atomic_load_n(&next_hint, __ATOMIC_RELAXED);
   if (hint != 0) {
     void* p = map(size, reinterpret_cast<void*>(hint));
