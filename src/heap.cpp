@@ -37,6 +37,32 @@ constexpr auto kFirstGranule = [] {
   return first;
 }();
 
+// The class a young heap serves a small class's sizes from: the smallest
+// power of two that holds them.
+constexpr unsigned young_class_of(unsigned cls) { return class_of_computed(std::bit_ceil(class_size_of(cls))); }
+static_assert(young_class_of(class_of_computed(48)) == class_of_computed(64));
+static_assert(young_class_of(class_of_computed(1024)) == class_of_computed(1024));
+
+constexpr auto kYoungClass = [] {
+  std::array<uint8_t, kNumSmallClasses> table{};
+  for (unsigned c = 0; c < kNumSmallClasses; ++c) table[c] = static_cast<uint8_t>(young_class_of(c));
+  return table;
+}();
+
+// The direct table of a young heap: its granules' classes, and each class's
+// first granule (kDirectSlots for the classes a young heap does not use).
+constexpr auto kYoungGranuleClass = [] {
+  std::array<uint8_t, kDirectSlots> table{};
+  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(young_class_of(kGranuleClass[g]));
+  return table;
+}();
+constexpr auto kYoungFirstGranule = [] {
+  std::array<uint8_t, kNumClasses> first{};
+  first.fill(kDirectSlots);
+  for (size_t g = kDirectSlots; g-- > 0;) first[kYoungGranuleClass[g]] = static_cast<uint8_t>(g);
+  return first;
+}();
+
 // A full slab wakes (rejoins its class's partial list) once this many of
 // its blocks are free: fewer would move slabs in and out of the list for
 // one block at a time.
@@ -50,8 +76,22 @@ void set_current(Heap* heap, unsigned cls, Page* page) {
   else if (prof::watching()) page = &g_empty_page;
   heap->serving[cls] = page;
   if (kClassInfo[cls].size > kMaxSmallSize) return;
-  for (size_t g = kFirstGranule[cls]; g < kDirectSlots && kGranuleClass[g] == cls; ++g)
+  const auto& granule_class = heap->young ? kYoungGranuleClass : kGranuleClass;
+  size_t first = heap->young ? kYoungFirstGranule[cls] : kFirstGranule[cls];
+  for (size_t g = first; g < kDirectSlots && granule_class[g] == cls; ++g)
     __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
+}
+
+// Points the direct table at the current slabs again.
+void direct_table_restore(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) set_current(heap, cls, heap->current[cls]);
+}
+
+// From now on each small size gets its own class: the slabs of the
+// power-of-two classes stay as they are, the other classes start empty.
+void heap_grow_up(Heap* heap) {
+  heap->young = false;
+  direct_table_restore(heap);
 }
 
 void partial_push(Heap* heap, Page* page) {
@@ -251,8 +291,7 @@ void answer_drain_request(Heap* heap) {
   do {
     heap->drain_requested.store(0, std::memory_order_release);
     heap_drain_inbox_for_reuse(heap);
-    for (unsigned cls = 0; cls < kNumClasses && kClassInfo[cls].size <= kMaxSmallSize; ++cls)
-      set_current(heap, cls, heap->current[cls]);
+    direct_table_restore(heap);
   } while (heap->drain_requested.fetch_or(0, std::memory_order_acq_rel) != 0);
 }
 
@@ -316,6 +355,10 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
 #endif
   heap->sample_countdown = prof::sample_interval();
   for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
+  // Not in secure mode, whose canary ends the block: in a larger block a
+  // short overflow would stop short of it. Nor while statistics or the
+  // profiler count requests by their own class.
+  heap->young = !secure::kEnabled && !prof::watching() && !prof::windowed();
 }
 
 // Everything heap_alloc_slow does beyond the watched fast case; a separate
@@ -357,6 +400,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
       return block;
     }
   }
+  if (from_direct && heap->young) cls = kYoungClass[cls];
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
   if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
     if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0)) return sampled;
@@ -374,7 +418,10 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
     heap_drain_inbox_for_reuse(heap);
     if (page->free != nullptr) return slab_pop(page, page->free);
   }
-  if (page != &g_empty_page) retire_current(heap, cls, page);
+  if (page != &g_empty_page) {
+    if (heap->young) heap_grow_up(heap);
+    retire_current(heap, cls, page);
+  }
 
   page = heap->partial[cls];
   if (page == nullptr && heap->spare[cls] != nullptr) page = spare_take(heap, cls);  // empty, its free list intact

@@ -112,6 +112,13 @@ struct alignas(64) Heap {
 #endif
   uint64_t thread_id;
   uint32_t slow_calls;
+  // A young heap serves each small size from the smallest power-of-two
+  // class that holds it (16, 32, 64, ..., 1024 bytes), so that a process
+  // or thread that allocates little touches a few slabs - a page fault
+  // each - instead of one per size class it asks for. It grows up (each
+  // size its own class again) when one of those slabs runs out (heap.cpp).
+  // Not in secure mode.
+  bool young;
   std::atomic<HeapState> state;
   Heap* next_in_registry;  // all heaps ever created
   Heap* next_orphan;
@@ -140,7 +147,7 @@ constexpr Heap::Heap(EmptyTag)
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif
-      thread_id(0), slow_calls(0), state(HeapState::kActive),
+      thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
       drain_requested(0) {
   for (Page*& slot : direct) slot = &g_empty_page;

@@ -161,8 +161,22 @@ TEST(SizeClasses, AlignedClassOfGivesAnAlignedFittingClass) {
   }
 }
 
+namespace {
+
+// Makes sure the calling thread's heap has grown up (src/heap.h): more
+// 16-byte blocks than a slab of them holds.
+void grow_up_heap() {
+  std::vector<void*> blocks;
+  for (size_t i = 0; i <= kSliceSize / 16; ++i) blocks.push_back(xalloc_malloc(16));
+  for (void* p : blocks) xalloc_free(p);
+}
+
+}  // namespace
+
 TEST(SizeClasses, AllocatorUsesTheClassSizeAsUsableSize) {
-  // For every request up to 64 KiB the block's usable size is its class size.
+  // For every request up to 64 KiB the block's usable size is its class
+  // size, once the heap has grown up.
+  grow_up_heap();
   std::vector<void*> keep;
   for (size_t size = 1; size <= kMaxSlabSize; size += (size < 4096 ? 1 : 7)) {
     void* p = xalloc_malloc(size);

@@ -19,6 +19,9 @@
  *   memory_probe shrink     the rounds of `reuse` (so the dirty budget grows),
  *                           the statistics on stderr, then 48 MiB in 256 KiB
  *                           blocks written and freed, and RSS after 1 s idle
+ *   memory_probe young      one block of each small class's size: the page
+ *                           faults, and the usable size of malloc(33) while
+ *                           the heap is young and once it has grown up
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -287,6 +290,31 @@ static int shrink(void) {
   return 0;
 }
 
+/* --- young ---------------------------------------------------------------------- */
+
+static int young(void) {
+  static const size_t kSizes[] = {16,  32,  48,  64,  80,  96,  112, 128, 160, 192,
+                                  224, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
+  enum { kCount = sizeof kSizes / sizeof kSizes[0], kGrowUpBlocks = 5000 };
+  free(malloc(16)); /* the heap, its segment and its first slab */
+  long before = minor_faults();
+  void* blocks[kCount];
+  for (int i = 0; i < kCount; ++i) blocks[i] = malloc(kSizes[i]);
+  printf("faults=%ld\n", minor_faults() - before);
+  void* young_block = malloc(33);
+  printf("young_usable_33=%zu\n", malloc_usable_size(young_block));
+  /* More 16-byte blocks than a slab holds: the heap grows up. */
+  static void* many[kGrowUpBlocks];
+  for (int i = 0; i < kGrowUpBlocks; ++i) many[i] = malloc(16);
+  void* grown_block = malloc(33);
+  printf("grown_usable_33=%zu\n", malloc_usable_size(grown_block));
+  free(grown_block);
+  for (int i = 0; i < kGrowUpBlocks; ++i) free(many[i]);
+  free(young_block);
+  for (int i = 0; i < kCount; ++i) free(blocks[i]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* mode = argc > 1 ? argv[1] : "";
@@ -295,6 +323,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "churn") == 0 && argc == 3) return churn(strtoul(argv[2], NULL, 10));
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "shrink") == 0) return shrink();
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink\n", argv[0]);
+  if (strcmp(mode, "young") == 0) return young();
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young\n", argv[0]);
   return 2;
 }
