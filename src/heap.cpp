@@ -30,12 +30,16 @@ namespace {
 // slab's memory is touched only as it is used.
 constexpr size_t kCarveBytes = 4096;
 
-// The granules that map to each class, for keeping Heap::direct in step.
-constexpr auto kFirstGranule = [] {
+// Each class's first granule in a direct table whose granules map to
+// `granule_class` (kDirectSlots for a class none maps to), for keeping
+// Heap::direct in step: a class's granules follow its first.
+constexpr std::array<uint8_t, kNumClasses> first_granules(const std::array<uint8_t, kDirectSlots>& granule_class) {
   std::array<uint8_t, kNumClasses> first{};
-  for (size_t g = kDirectSlots; g-- > 0;) first[kGranuleClass[g]] = static_cast<uint8_t>(g);
+  first.fill(kDirectSlots);
+  for (size_t g = kDirectSlots; g-- > 0;) first[granule_class[g]] = static_cast<uint8_t>(g);
   return first;
-}();
+}
+constexpr auto kFirstGranule = first_granules(kGranuleClass);
 
 // The class a young heap serves a small class's sizes from: the smallest
 // power of two that holds them.
@@ -50,18 +54,13 @@ constexpr auto kYoungClass = [] {
 }();
 
 // The direct table of a young heap: its granules' classes, and each class's
-// first granule (kDirectSlots for the classes a young heap does not use).
+// first granule.
 constexpr auto kYoungGranuleClass = [] {
   std::array<uint8_t, kDirectSlots> table{};
-  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(young_class_of(kGranuleClass[g]));
+  for (size_t g = 0; g < kDirectSlots; ++g) table[g] = kYoungClass[kGranuleClass[g]];
   return table;
 }();
-constexpr auto kYoungFirstGranule = [] {
-  std::array<uint8_t, kNumClasses> first{};
-  first.fill(kDirectSlots);
-  for (size_t g = kDirectSlots; g-- > 0;) first[kYoungGranuleClass[g]] = static_cast<uint8_t>(g);
-  return first;
-}();
+constexpr auto kYoungFirstGranule = first_granules(kYoungGranuleClass);
 
 // A full slab wakes (rejoins its class's partial list) once this many of
 // its blocks are free: fewer would move slabs in and out of the list for
@@ -77,8 +76,8 @@ void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->serving[cls] = page;
   if (kClassInfo[cls].size > kMaxSmallSize) return;
   const auto& granule_class = heap->young ? kYoungGranuleClass : kGranuleClass;
-  size_t first = heap->young ? kYoungFirstGranule[cls] : kFirstGranule[cls];
-  for (size_t g = first; g < kDirectSlots && granule_class[g] == cls; ++g)
+  const auto& first_granule = heap->young ? kYoungFirstGranule : kFirstGranule;
+  for (size_t g = first_granule[cls]; g < kDirectSlots && granule_class[g] == cls; ++g)
     __atomic_store_n(&heap->direct[g], page, __ATOMIC_RELAXED);
 }
 
