@@ -206,6 +206,9 @@ def contenders(build_dir: str) -> list[Contender]:
         Contender("xalloc-prof", (f"{build}/libxalloc.so",), "libxalloc",
                   env=(("XALLOC_PROF", "1"), ("XALLOC_PROF_PREFIX", "/tmp/xbench-prof")), optional=True),
         Contender("xalloc-nochecks", (f"{build}-nochecks/libxalloc.so",), "libxalloc", optional=True),
+        # Borrowing from stalled threads' inboxes (XALLOC_BORROW, off by default).
+        Contender("xalloc-borrow", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_BORROW", "1"),),
+                  optional=True),
         # glibc held to two arenas: the lean glibc setting the Ruby seed quotes.
         Contender("glibc-arena2", (), "libc.so", "libc6", env=(("MALLOC_ARENA_MAX", "2"),), optional=True),
     ]

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "borrow.h"
 #include "debug.h"
 #include "emergency_heap.h"
 #include "heap_profiler.h"
@@ -133,6 +134,8 @@ XALLOC_NOINLINE void* alloc_medium_watched(Heap* heap, unsigned cls, size_t size
 // every allocation of these sizes: it counts them down and takes the block
 // with no more than that, and no stack frame, until a sample is due.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  // The class's borrowed list ran dry: serve the current slab again.
+  if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);
   if (prof::windowed() && heap != &g_empty_heap) {
     int64_t left = heap->sample_countdown - static_cast<int64_t>(size);
     if (XALLOC_LIKELY(left > 0)) {
@@ -316,6 +319,7 @@ bool owns(const void* ptr) {
 size_t trim() {
   Heap* heap = t_heap;
   if (heap != &g_empty_heap) {
+    borrowed_return(heap);
     outbox_flush(heap->outbox);
     heap_drain_inbox(heap);
     heap_release_spares(heap);

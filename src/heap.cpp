@@ -7,6 +7,7 @@
 #include <new>
 
 #include "alloc.h"
+#include "borrow.h"
 #include "debug.h"
 #include "emergency_heap.h"
 #include "heap_profiler.h"
@@ -69,12 +70,14 @@ inline uint32_t wake_threshold(uint32_t capacity) { return capacity >= 4 ? capac
 
 void set_current(Heap* heap, unsigned cls, Page* page) {
   heap->current[cls] = page;
+  bool small = cls < kNumSmallClasses;
   // Sampled small allocations go through the class's window; counted ones,
   // and sampled ones of 1-64 KiB, take the slow path: the tables stay empty.
-  if (prof::windowed() && kClassInfo[cls].size <= kMaxSmallSize) page = &heap->window[cls];
+  if (prof::windowed() && small) page = &heap->window[cls];
   else if (prof::watching()) page = &g_empty_page;
+  else if (heap->borrowed != nullptr && heap->borrowed->list[cls].free != nullptr) page = &heap->borrowed->list[cls];
   heap->serving[cls] = page;
-  if (kClassInfo[cls].size > kMaxSmallSize) return;
+  if (!small) return;
   const auto& granule_class = heap->young ? kYoungGranuleClass : kGranuleClass;
   const auto& first_granule = heap->young ? kYoungFirstGranule : kFirstGranule;
   for (size_t g = first_granule[cls]; g < kDirectSlots && granule_class[g] == cls; ++g)
@@ -341,6 +344,8 @@ uint64_t slab_blocks_in_use(const Page* page) {
   }
 }
 
+void heap_serve(Heap* heap, unsigned cls) { set_current(heap, cls, heap->current[cls]); }
+
 void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   new (heap) Heap(Heap::EmptyTag{});
   heap->outbox.stage = heap->outbox.stage_next = stage;
@@ -404,6 +409,8 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
     if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0)) return sampled;
   }
+  // The class's borrowed list ran dry: serve the current slab again.
+  if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);
   Page* page = heap->current[cls];
   XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
   if (page->free != nullptr) return slab_pop(page, page->free);
@@ -425,6 +432,8 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   page = heap->partial[cls];
   if (page == nullptr && heap->spare[cls] != nullptr) page = spare_take(heap, cls);  // empty, its free list intact
   if (page == nullptr && (page = slab_pool::take(cls)) != nullptr) slab_adopt(heap, page);
+  if (page == nullptr && borrow_from_stalled(heap, cls))
+    return slab_pop(&heap->borrowed->list[cls], heap->borrowed->list[cls].free);
   if (page == nullptr) {
     page = slab_create(heap, cls);
     if (page == nullptr) {
@@ -665,6 +674,7 @@ void* window_alloc(Heap* heap, unsigned cls) {
 void heap_collect(Heap* heap) {
   if (secure::kEnabled) quarantine_flush(heap);
   if (prof::windowed()) windows_close(heap);
+  borrowed_return(heap);
   outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   heap_drain_inbox(heap);

@@ -40,6 +40,15 @@ enum class HeapState : uint32_t {
 
 static_assert(kNumClasses <= 64, "Heap::spare_classes has a bit per class");
 
+// Borrowed blocks by class (borrow.h): a pseudo-slab each, whose free list
+// the direct and serving tables serve from while it has blocks. Its
+// `needed` counts the pops since it was last empty, `count` the blocks put
+// on it meanwhile.
+struct BorrowedLists {
+  Page list[kNumClasses];
+  uint32_t count[kNumClasses];
+};
+
 struct alignas(64) Heap {
   struct EmptyTag {};
   // A heap with no slabs: every slot points at g_empty_page.
@@ -80,6 +89,9 @@ struct alignas(64) Heap {
   // `needed` counts its pops since it opened.
   Page window[kNumSmallClasses];
   int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
+  // Blocks borrowed from stalled heaps' inboxes (borrow.h); mapped when
+  // the heap first borrows, so that heaps that never do touch none of it.
+  BorrowedLists* borrowed;
   // One-slice spans of freed sampled blocks, kept for this heap's next
   // samples (large.cpp).
   Page* sample_spans[kSampleSpanSlots];
@@ -134,6 +146,9 @@ struct alignas(64) Heap {
   // small malloc takes the slow path, which drains and restores the table.
   std::atomic<size_t> inbox_bytes;
   std::atomic<uint32_t> drain_requested;
+  // Set by a heap that borrows from this one's inbox (borrow.h): the next
+  // refills that would borrow make slabs instead, counting it down.
+  std::atomic<uint32_t> borrow_pause;
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).
@@ -143,13 +158,13 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
-      sample_countdown(0), window{}, window_countdown{}, sample_spans{}, sample_span_count(0), outbox{},
+      sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), sample_spans{}, sample_span_count(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
-      drain_requested(0) {
+      drain_requested(0), borrow_pause(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;
@@ -194,6 +209,18 @@ struct OwnerFieldReads {
   ~OwnerFieldReads() { __tsan_ignore_thread_end(); }
 #endif
 };
+
+// Points the direct table (small classes) and the serving table at what
+// serves `cls` now: the class's borrowed list while it has blocks (borrow.h),
+// else its current slab (or what the profiler and statistics need instead).
+void heap_serve(Heap* heap, unsigned cls);
+
+// The borrowed list of `cls` when it serves the class's allocations and has
+// run dry: the slow path then serves the current slab again.
+inline bool borrowed_list_ran_dry(const Heap* heap, unsigned cls) {
+  return heap->borrowed != nullptr && heap->serving[cls] == &heap->borrowed->list[cls] &&
+         heap->borrowed->list[cls].free == nullptr;
+}
 
 // Slow paths of the inline fast paths in alloc.h.
 // `from_direct`: called by alloc() for a small size (watched allocations

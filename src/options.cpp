@@ -32,6 +32,8 @@ const OptionSpec kSpecs[] = {
      "free memory kept resident for reuse, in percent of the memory in use", 1000000},
     {"BACKGROUND_PURGE", OptionType::kBool, &g_options.background_purge,
      "a thread returns free memory to the OS even while the program is idle"},
+    {"BORROW", OptionType::kBool, &g_options.borrow,
+     "reuse blocks freed for threads that are not running before taking new memory"},
     {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse",
      uint64_t{1} << 20},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",

@@ -18,6 +18,11 @@ struct Options {
   // whole process goes idle is returned too (off: purging rides on the
   // allocator's slow paths).
   bool background_purge = false;
+  // A thread that needs a new slab first borrows blocks that other threads
+  // freed for a thread that is not running (borrow.h): less memory for
+  // programs whose threads take turns, at the cost of more cross-thread
+  // frees.
+  bool borrow = false;
   // Fully free segments kept mapped (purged) for reuse instead of unmapped.
   uint64_t retain_segments = 1;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.

@@ -2,6 +2,7 @@
 
 #include <bit>
 
+#include "borrow.h"
 #include "heap.h"
 #include "options.h"
 #include "thread_registry.h"
@@ -91,6 +92,7 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   if (bytes == 0) return;
   size_t pending = dest->inbox_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
+  if (pending >= kStalledBytes && pending - bytes < kStalledBytes) note_stalled(dest);
 }
 
 void send_one(Heap* dest, FreeBlock* block, size_t bytes) {

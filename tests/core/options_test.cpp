@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -149,6 +152,68 @@ TEST(Options, BackgroundPurgeEmptiesTheSlabPoolOfAnIdleProcess) {
     return stats().pooled == 0 ? 0 : 3;
   });
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "exit 2: nothing pooled, 3: still pooled after 10 s; " << r.describe();
+}
+
+// XALLOC_BORROW: threads hand batches of blocks round a ring and free what
+// they are handed, each now and then sleeping (stalled, with blocks piling
+// up in its inbox) while the others borrow them. Every block keeps its
+// contents from malloc to free, whichever heap served it; the borrowing
+// paths (steal, push-back, return at exit) race with the owners' drains,
+// which ThreadSanitizer checks in the tsan stage.
+TEST(Options, BorrowedBlocksKeepTheirContents) {
+  auto r = fresh_with_env({{"XALLOC_BORROW", "1"}}, [] {
+    constexpr int kThreads = 4, kRounds = 40, kBatch = 3000;
+    struct Mailbox {
+      std::mutex lock;
+      std::vector<std::pair<unsigned char*, size_t>> blocks;
+    };
+    static Mailbox boxes[kThreads];
+    static std::atomic<int> bad{0};
+    auto pattern = [](const unsigned char* p) { return static_cast<unsigned char>(reinterpret_cast<uintptr_t>(p) >> 4); };
+    auto take_and_free = [&](Mailbox& box) {
+      std::vector<std::pair<unsigned char*, size_t>> mine;
+      {
+        std::lock_guard<std::mutex> guard(box.lock);
+        mine.swap(box.blocks);
+      }
+      for (auto [p, n] : mine) {
+        for (size_t i = 0; i < n; ++i)
+          if (p[i] != pattern(p)) bad++;
+        xalloc_free(p);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        uint64_t seed = 0x9E3779B97F4A7C15ull * (t + 1);
+        for (int round = 0; round < kRounds; ++round) {
+          std::vector<std::pair<unsigned char*, size_t>> batch;
+          for (int i = 0; i < kBatch; ++i) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t n = 16 + (seed >> 33) % 1500;
+            auto* p = static_cast<unsigned char*>(xalloc_malloc(n));
+            if (p == nullptr) {
+              bad++;
+              continue;
+            }
+            memset(p, pattern(p), n);
+            batch.emplace_back(p, n);
+          }
+          {
+            Mailbox& next = boxes[(t + 1) % kThreads];
+            std::lock_guard<std::mutex> guard(next.lock);
+            next.blocks.insert(next.blocks.end(), batch.begin(), batch.end());
+          }
+          take_and_free(boxes[t]);
+          if (round % kThreads == t) usleep(3000);
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (Mailbox& box : boxes) take_and_free(box);
+    return bad.load() == 0 ? 0 : 1;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "exit 1: a block lost its contents; " << r.describe();
 }
 
 // Each look (every half purge delay) gives back the slabs of a class that

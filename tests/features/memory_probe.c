@@ -19,6 +19,12 @@
  *   memory_probe shrink     the rounds of `reuse` (so the dirty budget grows),
  *                           the statistics on stderr, then 48 MiB in 256 KiB
  *                           blocks written and freed, and RSS after 1 s idle
+ *   memory_probe stalled    a thread allocates 64 K blocks of 64 B and blocks on
+ *                           a condition variable; the main thread frees them all
+ *                           (they wait in the stalled thread's inbox), then
+ *                           allocates as many: how many of those it got at
+ *                           addresses of the freed ones (XALLOC_BORROW); then
+ *                           the stalled thread wakes, allocates and frees
  *   memory_probe young      one block of each small class's size: the page
  *                           faults, and the usable size of malloc(33) while
  *                           the heap is young and once it has grown up
@@ -315,6 +321,76 @@ static int young(void) {
   return 0;
 }
 
+enum { kStalledBlocks = 64 * 1024 };
+static void* g_stalled_blocks[kStalledBlocks];
+static pthread_mutex_t g_stalled_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_stalled_cond = PTHREAD_COND_INITIALIZER;
+static int g_stalled_phase;  /* 1: blocks allocated, 2: wake up */
+
+static void stalled_wait_for(int phase) {
+  pthread_mutex_lock(&g_stalled_lock);
+  while (g_stalled_phase < phase) pthread_cond_wait(&g_stalled_cond, &g_stalled_lock);
+  pthread_mutex_unlock(&g_stalled_lock);
+}
+
+static void stalled_enter(int phase) {
+  pthread_mutex_lock(&g_stalled_lock);
+  g_stalled_phase = phase;
+  pthread_cond_broadcast(&g_stalled_cond);
+  pthread_mutex_unlock(&g_stalled_lock);
+}
+
+static void* stalled_owner(void* arg) {
+  (void)arg;
+  for (size_t i = 0; i < kStalledBlocks; ++i) {
+    g_stalled_blocks[i] = malloc(64);
+    memset(g_stalled_blocks[i], 0x5a, 64);
+  }
+  stalled_enter(1);
+  stalled_wait_for(2);
+  /* Awake again: its heap must serve and take back blocks as before. */
+  for (int round = 0; round < 4; ++round) {
+    for (size_t i = 0; i < kStalledBlocks / 4; ++i) g_stalled_blocks[i] = malloc(64);
+    for (size_t i = 0; i < kStalledBlocks / 4; ++i) free(g_stalled_blocks[i]);
+  }
+  return NULL;
+}
+
+static int compare_pointers(const void* a, const void* b) {
+  uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+static int stalled(void) {
+  pthread_t owner;
+  if (pthread_create(&owner, NULL, stalled_owner, NULL) != 0) return 1;
+  stalled_wait_for(1);
+  static void* freed[kStalledBlocks];
+  memcpy(freed, g_stalled_blocks, sizeof freed);
+  qsort(freed, kStalledBlocks, sizeof freed[0], compare_pointers);
+  for (size_t i = 0; i < kStalledBlocks; ++i) free(g_stalled_blocks[i]);
+  static void* mine[kStalledBlocks];
+  size_t reused = 0;
+  for (size_t i = 0; i < kStalledBlocks; ++i) {
+    mine[i] = malloc(64);
+    if (mine[i] == NULL) return 1;
+    memset(mine[i], 0xa5, 64);
+    if (bsearch(&mine[i], freed, kStalledBlocks, sizeof freed[0], compare_pointers) != NULL) ++reused;
+  }
+  stalled_enter(2);
+  pthread_join(owner, NULL);
+  for (size_t i = 0; i < kStalledBlocks; ++i) {
+    for (size_t b = 0; b < 64; ++b)
+      if (((unsigned char*)mine[i])[b] != 0xa5) {
+        printf("corrupted=%zu\n", i);
+        return 1;
+      }
+    free(mine[i]);
+  }
+  printf("blocks=%d\nreused=%zu\n", kStalledBlocks, reused);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* mode = argc > 1 ? argv[1] : "";
@@ -324,6 +400,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "shrink") == 0) return shrink();
   if (strcmp(mode, "young") == 0) return young();
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young\n", argv[0]);
+  if (strcmp(mode, "stalled") == 0) return stalled();
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young | stalled\n", argv[0]);
   return 2;
 }
