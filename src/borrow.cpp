@@ -20,6 +20,7 @@ namespace {
 // slot of an earlier): hints, checked before use. Heaps are never unmapped,
 // so reading a stale one is safe.
 constexpr size_t kStalledSlots = 8;
+static_assert(kStalledSlots == 8, "stalled_slot takes the top 3 bits of a hash");
 std::atomic<Heap*> g_stalled[kStalledSlots];
 
 size_t stalled_slot(const Heap* heap) {
@@ -125,9 +126,10 @@ void uncount_pending(Heap* owner, size_t bytes) {
 
 static_assert(kNumClasses <= 64, "borrow_from_stalled keeps a bit per class");
 
-static_assert(kStalledSlots == 8, "stalled_slot takes the top 3 bits of a hash");
-
-void note_stalled(Heap* heap) { g_stalled[stalled_slot(heap)].store(heap, std::memory_order_relaxed); }
+// (Only with the option on: the slots are shared by every thread.)
+void note_stalled(Heap* heap) {
+  if (g_options.borrow) g_stalled[stalled_slot(heap)].store(heap, std::memory_order_relaxed);
+}
 
 bool borrow_from_stalled(Heap* heap, unsigned cls) {
   if (!may_borrow(heap)) return false;

@@ -16,11 +16,11 @@
 // takes the inbox's lists with the same atomic exchange the owner drains
 // with, keeps up to kBorrowBytes of their blocks on per-class lists of its
 // own - pseudo-slabs that its direct and serving tables serve from until
-// they run dry - and pushes the rest back. A borrowed block
-// stays its owner's: its slab counts it as in use all along, and whoever
-// frees it later sends it home like any other thread's block. Nothing is
-// written into the owner's slabs, so the owner's lock-free fast paths are
-// never raced with.
+// they run dry - and pushes the rest back. A borrowed block stays its
+// owner's: its slab counts it as in use all along, and whoever frees it
+// later sends it home like any other thread's block. Nothing is written
+// into the owner's slabs, so the owner's lock-free fast paths are never
+// raced with.
 //
 // A heap that holds half of kBorrowBytes unused when it would borrow again
 // sends those home first, and it returns them all when it collects (thread
@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "remote_free.h"
 
@@ -60,12 +61,12 @@ constexpr uint32_t kBorrowPause = 16;
 constexpr size_t kStalledBytes = 2 * kDrainRequestBytes;
 
 // The sender whose push takes `heap`'s pending bytes past kStalledBytes
-// calls this (inbox_push).
+// calls this (inbox_push); nothing happens unless XALLOC_BORROW is on.
 void note_stalled(Heap* heap);
 
-// Borrows from the stalled heap's inbox for `heap`, which has no slab with
-// a free block for `cls`, a small class. True when the class's borrowed
-// list now has a block. Points the direct table of every class it took
+// Borrows from a stalled heap's inbox for `heap`, which has no slab with a
+// free block for `cls`. True when the class's borrowed list now has a
+// block. Points the direct and serving tables of every class it took
 // blocks of at that class's borrowed list.
 bool borrow_from_stalled(Heap* heap, unsigned cls);
 
