@@ -7,8 +7,8 @@ usage: bench/run.py [--quick | --full] [--only WORKLOAD,...] [--alloc NAME,...]
                     [--no-fastpath] [--fastpath] [--no-timeline] [--list]
 
 Each workload (bench/suite.py) runs under each contender - glibc without a
-preload, the others injected with LD_PRELOAD - interleaved (A B C ... A B
-C ...), K times. Every run records wall, user and system time and peak RSS
+preload, the others injected with LD_PRELOAD - interleaved, K rounds, each
+round starting one contender further along (A B C, B C A, C A B, ...). Every run records wall, user and system time and peak RSS
 (from wait4) and the key=value metrics the program prints; a run that
 crashes, times out, or finds another allocator serving malloc than the one
 it was meant to measure (exit status 86) is recorded as such and shown in
@@ -390,6 +390,15 @@ class Runner:
     def available(self) -> list[suite.Contender]:
         return [c for c in self.contenders if self.libs[c.name] is not None]
 
+    def in_turn(self, rep: int) -> list[suite.Contender]:
+        """The contenders in the order of round `rep` (1-based): each round
+        starts one place further along, so that no contender always runs
+        first - the run after another workload's, which finds the page cache,
+        the processor's caches and its clock in whatever state that one left."""
+        ready = self.available()
+        shift = (rep - 1) % len(ready) if ready else 0
+        return ready[shift:] + ready[:shift]
+
     def env_for(self, c: suite.Contender, extra: dict[str, str]) -> dict[str, str]:
         """The run's environment; LD_PRELOAD is set by the launcher."""
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "XBENCH_EXPECT")}
@@ -509,7 +518,7 @@ class Runner:
                 self.progress(f"{w.name}: {cmd}, skipped")
                 continue
             for rep in range(1, self.reps + 1):
-                for c in self.available():
+                for c in self.in_turn(rep):
                     step += 1
                     env = self.env_for(c, w.env)
                     timeline = self.timeline and w.timeline and rep == 1  # one run is enough for the chart
@@ -531,7 +540,7 @@ class Runner:
             if self.libs[c.name] is None:
                 statuses[c.name] = "missing"
         for rep in range(1, self.reps + 1):
-            for c in self.available():
+            for c in self.in_turn(rep):
                 step += 1
                 with tempfile.TemporaryDirectory(prefix="xbench-json-") as jtmp:
                     out_json = os.path.join(jtmp, "bench.json")
@@ -860,7 +869,7 @@ class Runner:
         L.append("")
         L.append(f"{env['date']} - {env['cpu']}, {env['cpus']} CPUs, {env['memory']}, Linux {env['kernel']}, "
                  f"{env['glibc']}, THP `{env['thp']}`, repository {env['git']}.")
-        L.append(f"{self.reps} run(s) per workload and contender, interleaved; per-run timeout "
+        L.append(f"{self.reps} run(s) per workload and contender, interleaved (each round starts one contender further along); per-run timeout "
                  f"{self.timeout:.0f} s; N = {self.ncpu} threads where a workload says N.")
         L.append("")
         L.append("| contender | preloaded library | version |")
