@@ -134,6 +134,7 @@ XALLOC_NOINLINE void* alloc_medium_watched(Heap* heap, unsigned cls, size_t size
 // every allocation of these sizes: it counts them down and takes the block
 // with no more than that, and no stack frame, until a sample is due.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  if (void* block = heap_switch_slab(heap, cls)) return block;
   // The class's borrowed list ran dry: serve the current slab again.
   if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);
   if (prof::windowed() && heap != &g_empty_heap) {

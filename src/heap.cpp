@@ -250,14 +250,18 @@ void spares_expire(Heap* heap) {
   }
 }
 
-// The current slab has no block left to hand out: it sleeps until enough
-// of its blocks come back.
+// A slab with every block in use sleeps until enough of them come back.
+void file_full(Page* page) {
+  page->needed = wake_threshold(page->capacity());
+  page->set_state(SlabState::kFull);
+}
+
+// The current slab has no block left to hand out.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
   XALLOC_CHECK(page->free == nullptr && page->fully_carved());
   XALLOC_CHECK(page->needed == kCurrentBias + page->capacity());
   set_current(heap, cls, &g_empty_page);
-  page->needed = wake_threshold(page->capacity());
-  page->set_state(SlabState::kFull);
+  file_full(page);
 }
 
 void make_current(Heap* heap, unsigned cls, Page* page) {
@@ -273,9 +277,7 @@ void settle_uncurrent(Heap* heap, Page* page) {
   if (page->needed == 0) {
     slab_release(heap, page);
   } else if (page->free == nullptr && page->fully_carved()) {
-    // No free block and nothing left to carve: every block is in use.
-    page->needed = wake_threshold(page->capacity());
-    page->set_state(SlabState::kFull);
+    file_full(page);  // no free block and nothing left to carve
   } else {
     partial_push(heap, page);
   }
@@ -371,7 +373,23 @@ XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_dire
 
 XALLOC_NOINLINE void* window_alloc(Heap* heap, unsigned cls);
 
+void* heap_switch_slab(Heap* heap, unsigned cls) {
+  Page* page = heap->current[cls];
+  Page* next = heap->partial[cls];
+  if (next == nullptr || next->free == nullptr || page == &g_empty_page || page->free != nullptr ||
+      !page->fully_carved() || heap->young || heap->borrowed != nullptr || ((heap->slow_calls + 1) & 15) == 0 ||
+      inbox_pending(heap) || heap->drain_requested.load(std::memory_order_acquire) != 0 || prof::watching() ||
+      prof::windowed())
+    return nullptr;
+  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity());
+  ++heap->slow_calls;
+  file_full(page);
+  make_current(heap, cls, next);
+  return slab_pop(next, next->free);
+}
+
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
+  if (void* block = heap_switch_slab(heap, cls)) return block;
   if (from_direct && prof::windowed() && heap != &g_empty_heap) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and
   // take the block at once unless a sample is due.

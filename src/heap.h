@@ -222,6 +222,15 @@ inline bool borrowed_list_ran_dry(const Heap* heap, unsigned cls) {
          heap->borrowed->list[cls].free == nullptr;
 }
 
+// The refill most slow paths of a busy class come for, kept short: its
+// current slab is used up and another of its slabs has free blocks again
+// (random replacement spreads a class's live blocks over a few slabs, and
+// the current one runs out every few allocations). Null when anything else
+// is due - a drain to answer, blocks in the inbox, the heap's periodic work,
+// a young heap, borrowed blocks, watched allocations, a slab to carve -
+// which heap_alloc_slow's general path does.
+void* heap_switch_slab(Heap* heap, unsigned cls);
+
 // Slow paths of the inline fast paths in alloc.h.
 // `from_direct`: called by alloc() for a small size (watched allocations
 // are counted and sampled there).
@@ -244,6 +253,7 @@ void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
 // True when other threads have sent blocks that are not drained yet.
 inline bool inbox_pending(const Heap* heap) {
   uintptr_t any = 0;  // the lanes ORed together: no branch per lane
+#pragma GCC unroll 8
   for (const std::atomic<FreeBlock*>& lane : heap->inbox)
     any |= reinterpret_cast<uintptr_t>(lane.load(std::memory_order_relaxed));
   return any != 0;
