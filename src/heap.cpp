@@ -122,7 +122,7 @@ void slab_carve(Page* page) {
   if (count * size > left_bytes) count = left_bytes / size;
   uintptr_t first = page->start + carved;
   FreeBlock* next = page->free;
-  uintptr_t marker_secret = secure::g_marker_secret;
+  uintptr_t marker_secret = secure::g_secrets.marker;
   // Link back to front so the list runs in address order; secure mode
   // shuffles the batch (a random cyclic shift of a random stride) so the
   // address of the next block cannot be predicted.
@@ -552,7 +552,7 @@ namespace {
 // each is fetched a few slots ahead of its link store (a prefetch of null
 // does nothing).
 void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::QuarantineSlot* to) {
-  uintptr_t link_secret = secure::g_link_secret;
+  uintptr_t link_secret = secure::g_secrets.link;
   for (Heap::QuarantineSlot* slot = from; slot != to; ++slot) {
     __builtin_prefetch(slot[Heap::kQuarantineLookahead].block, 1);
     FreeBlock* block = slot->block;

@@ -241,7 +241,7 @@ void heap_on_needed_zero(Heap* heap, Page* page);
 // for real: back on the slab's free list, and the slab's slow path when
 // that was the free it waited for. (`link_secret` as for slab_push.)
 XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
-                                   uintptr_t link_secret = secure::g_link_secret) {
+                                   uintptr_t link_secret = secure::g_secrets.link) {
   slab_push(page, block, link_secret);
   if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
 }

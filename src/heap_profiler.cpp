@@ -20,9 +20,7 @@
 
 namespace xalloc::prof {
 
-XALLOC_STARTUP_DATA std::atomic<bool> g_watch_allocations_flag{false};
-XALLOC_STARTUP_DATA std::atomic<bool> g_profiling_flag{false};
-XALLOC_STARTUP_DATA std::atomic<bool> g_windowed_flag{false};
+XALLOC_STARTUP_DATA Flags g_flags;
 
 namespace {
 
@@ -327,10 +325,10 @@ void print_leaks() {
 
 void init_flags() {
   bool sampling = g_options.prof || g_options.leaks;
-  g_watch_allocations_flag.store(sampling || g_options.stats, std::memory_order_relaxed);
+  g_flags.watch_allocations.store(sampling || g_options.stats, std::memory_order_relaxed);
   // The secure build's free lists are keyed by slab, which a window's
   // list would break; statistics count every allocation anyway.
-  g_windowed_flag.store(sampling && !g_options.stats && !secure::kEnabled, std::memory_order_relaxed);
+  g_flags.windowed.store(sampling && !g_options.stats && !secure::kEnabled, std::memory_order_relaxed);
 }
 
 void start() {
@@ -354,7 +352,7 @@ void start() {
     action.sa_flags = SA_RESTART;
     sigaction(static_cast<int>(g_options.prof_signal), &action, nullptr);
   }
-  g_profiling_flag.store(true, std::memory_order_relaxed);
+  g_flags.profiling.store(true, std::memory_order_relaxed);
   t_in_sampler = false;
 }
 

@@ -41,17 +41,21 @@ namespace xalloc {
 namespace prof {
 
 // Set once at start-up, before any heap exists; relaxed atomics so that a
-// thread racing the start-up reads a defined value.
-extern std::atomic<bool> g_watch_allocations_flag __attribute__((visibility("hidden")));
-extern std::atomic<bool> g_profiling_flag __attribute__((visibility("hidden")));
-extern std::atomic<bool> g_windowed_flag __attribute__((visibility("hidden")));
+// thread racing the start-up reads a defined value. Every slow path reads
+// them: a cache line of their own, as secure.h's Secrets.
+struct alignas(64) Flags {
+  std::atomic<bool> watch_allocations{false};
+  std::atomic<bool> profiling{false};
+  std::atomic<bool> windowed{false};
+};
+extern Flags g_flags __attribute__((visibility("hidden")));
 
 // True when allocations are diverted from the fast paths so that each can
 // be counted (XALLOC_STATS) or sampled (XALLOC_PROF).
-inline bool watching() { return g_watch_allocations_flag.load(std::memory_order_relaxed); }
-inline bool profiling() { return g_profiling_flag.load(std::memory_order_relaxed); }
+inline bool watching() { return g_flags.watch_allocations.load(std::memory_order_relaxed); }
+inline bool profiling() { return g_flags.profiling.load(std::memory_order_relaxed); }
 // True when small allocations are sampled through windows and not counted.
-inline bool windowed() { return g_windowed_flag.load(std::memory_order_relaxed); }
+inline bool windowed() { return g_flags.windowed.load(std::memory_order_relaxed); }
 // True when every allocation is counted by class.
 inline bool counting() { return watching() && !windowed(); }
 

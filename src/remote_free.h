@@ -49,11 +49,11 @@ constexpr size_t kLanes = 4;
 // `next` words (encoded with the process secret in secure mode).
 inline FreeBlock* remote_next(const FreeBlock* block) {
   return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(block->next) ^
-                                      (secure::kEnabled ? secure::g_link_secret : 0));
+                                      (secure::kEnabled ? secure::g_secrets.link : 0));
 }
 inline void set_remote_next(FreeBlock* block, FreeBlock* next) {
   block->next = reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^
-                                             (secure::kEnabled ? secure::g_link_secret : 0));
+                                             (secure::kEnabled ? secure::g_secrets.link : 0));
 }
 
 // Blocks the outbox stages at most, whatever XALLOC_REMOTE_BATCH says.

@@ -23,11 +23,19 @@ inline constexpr bool kEnabled = XALLOC_SECURE != 0;
 
 // Random, set once at start-up. Separate keys, so that a value a program
 // may read in freed memory (an encoded link, a free marker) reveals nothing
-// about the canaries, whose key is g_secret.
+// about the canaries, whose key is `canary`.
+// Every free reads them: they fill a cache line of their own, so that no
+// lock or counter that other threads write shares it. (Next to the span
+// allocator's lock, a thread freeing small blocks waited for the line each
+// time another thread took a large block: 48-byte pairs 3.9 ns alone, 13-15
+// ns beside a thread allocating 256 KiB blocks.)
 // (Hidden: read in one instruction, not through the address of the symbol.)
-extern uintptr_t g_secret __attribute__((visibility("hidden")));         // canaries, thread random seeds
-extern uintptr_t g_link_secret __attribute__((visibility("hidden")));    // free-list and remote-list links
-extern uintptr_t g_marker_secret __attribute__((visibility("hidden")));  // free markers (every build)
+struct alignas(64) Secrets {
+  uintptr_t canary;  // canaries, thread random seeds
+  uintptr_t link;    // free-list and remote-list links
+  uintptr_t marker;  // free markers (every build)
+};
+extern Secrets g_secrets __attribute__((visibility("hidden")));
 void init_secret();
 
 // Bytes at the end of every slab block that hold its canary.
@@ -48,7 +56,7 @@ inline uintptr_t mix(uintptr_t value) {
 // A block's canary. Mixing the address through a public hash first would
 // hide nothing more: one canary and its address give the secret either way.
 inline uint64_t canary_of(const void* block) {
-  return static_cast<uint64_t>(g_secret ^ reinterpret_cast<uintptr_t>(block));
+  return static_cast<uint64_t>(g_secrets.canary ^ reinterpret_cast<uintptr_t>(block));
 }
 
 // A per-thread xorshift generator for the allocation order of slabs.

@@ -39,7 +39,7 @@ namespace xalloc {
 // and a correct program abort with a false double free.
 // (`secret` is a parameter so that a loop marking many blocks can load it
 // once: the compiler must assume the marker stores may change it.)
-XALLOC_INLINE uintptr_t free_marker(const FreeBlock* block, uintptr_t secret = secure::g_marker_secret) {
+XALLOC_INLINE uintptr_t free_marker(const FreeBlock* block, uintptr_t secret = secure::g_secrets.marker) {
   return secret ^ reinterpret_cast<uintptr_t>(block);
 }
 
@@ -48,7 +48,7 @@ XALLOC_INLINE uintptr_t free_marker(const FreeBlock* block, uintptr_t secret = s
 // same slab (next_free checks it), and mixing the slab address first would
 // not hide the key from a program that knows one link's decoded value.
 // (`secret` is a parameter for loops, as in free_marker.)
-XALLOC_INLINE uintptr_t link_key(const Page* page, uintptr_t secret = secure::g_link_secret) {
+XALLOC_INLINE uintptr_t link_key(const Page* page, uintptr_t secret = secure::g_secrets.link) {
   return secure::kEnabled ? secret ^ reinterpret_cast<uintptr_t>(page) : 0;
 }
 
@@ -71,7 +71,7 @@ XALLOC_INLINE bool is_carved_block_start(const Page* page, uintptr_t address, ui
   return (address - page->start) * page->div_magic < limit;
 }
 
-XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next, uintptr_t secret = secure::g_link_secret) {
+XALLOC_INLINE FreeBlock* encode_link(const Page* page, FreeBlock* next, uintptr_t secret = secure::g_secrets.link) {
   return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^ link_key(page, secret));
 }
 
@@ -145,7 +145,7 @@ XALLOC_INLINE void* slab_pop(Page* page, FreeBlock* block) {
 }
 
 // Pushes a block that is known to be a valid, marked block of `page`.
-XALLOC_INLINE void slab_push(Page* page, FreeBlock* block, uintptr_t link_secret = secure::g_link_secret) {
+XALLOC_INLINE void slab_push(Page* page, FreeBlock* block, uintptr_t link_secret = secure::g_secrets.link) {
   block->next = encode_link(page, page->free, link_secret);
   page->free = block;
 }

@@ -40,7 +40,9 @@
 
 namespace xalloc {
 
-class SpanAllocator {
+// Every thread takes its lock and writes its state: on cache lines of its
+// own, away from the data the fast paths of other threads read.
+class alignas(64) SpanAllocator {
  public:
   // A span of `slices` slices (1 <= slices <= kPayloadSlices) of the
   // given kind; *is_zero tells whether all its memory reads as zero. Null
