@@ -55,8 +55,20 @@ namespace {
 
 inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
 
+// Every free reads the slice map, and eight entries share a cache line:
+// the slabs of other threads sit in the slices next to a span being taken
+// or given back. An entry is written only when it changes - a span freed
+// and taken again keeps its head, and so its entries - so that a thread
+// taking and freeing a large block over and over does not take the line
+// from the threads freeing into the neighbouring slabs at every call
+// (48-byte pairs beside a thread churning 256 KiB blocks: 6.3 ns, 3.9 ns
+// alone).
+void set_slice(Segment* segment, size_t index, Page* page) {
+  if (segment->page_of_slice[index] != page) segment->page_of_slice[index] = page;
+}
+
 void map_slices(Segment* segment, size_t first, size_t count, Page* page) {
-  for (size_t i = first; i < first + count; ++i) segment->page_of_slice[i] = page;
+  for (size_t i = first; i < first + count; ++i) set_slice(segment, i, page);
 }
 
 // A descriptor that stops heading a span of its own: lookups that still
@@ -101,8 +113,8 @@ void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, ui
   span->slice_count = static_cast<uint16_t>(count) & 0xfff;
   span->start = segment->slice_address(first);
   span->freed_at = freed_at;
-  segment->page_of_slice[first] = span;
-  segment->page_of_slice[first + count - 1] = span;
+  set_slice(segment, first, span);
+  set_slice(segment, first + count - 1, span);
   if (map == Map::kRest) {
     // The rest of a free span whose front was taken: its entries that point
     // before it (into the span now in use) form a prefix; they become ours.
@@ -255,7 +267,7 @@ void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
       // point back to a free span's head (the slice map, span_allocator.h).
       if (before_first != first - 1) {
         mark_absorbed(&segment->pages[first - 1]);
-        segment->page_of_slice[first - 1] = &segment->pages[first - 1];
+        set_slice(segment, first - 1, &segment->pages[first - 1]);
       }
       count += first - before_first;
       first = before_first;
