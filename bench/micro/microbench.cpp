@@ -18,10 +18,12 @@
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -202,6 +204,32 @@ void BM_malloc_free_threads(benchmark::State &state) {
   }
 }
 BENCHMARK(BM_malloc_free_threads)->Threads(2);
+
+// The pair path while another thread takes and frees blocks of the given
+// size over and over (256 KiB: large spans, shared by all threads; 8 KiB:
+// that thread's own slabs). What the other thread writes must not share a
+// cache line with what this thread's malloc and free read.
+void BM_malloc_free_beside(benchmark::State &state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      void *p = std::malloc(size);
+      touch(p);
+      benchmark::DoNotOptimize(p);
+      std::free(p);
+    }
+  });
+  for (auto _ : state) {
+    void *p = std::malloc(48);
+    touch(p);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+  stop.store(true, std::memory_order_relaxed);
+  other.join();
+}
+BENCHMARK(BM_malloc_free_beside)->Arg(8 << 10)->Arg(256 << 10)->UseRealTime();
 
 }  // namespace
 
