@@ -134,6 +134,10 @@ XALLOC_NOINLINE void* alloc_medium_watched(Heap* heap, unsigned cls, size_t size
 // every allocation of these sizes: it counts them down and takes the block
 // with no more than that, and no stack frame, until a sample is due.
 XALLOC_NOINLINE void* alloc_medium_slow(Heap* heap, unsigned cls, size_t size) {
+  // First, before three more calls reach heap_alloc_slow, which tries it
+  // too: the repeated check when it fails (a quarter of the calls in
+  // glibc-thread) costs less than the calls it saves when it succeeds
+  // (callgrind, whole process: 1.2% more instructions without this line).
   if (void* block = heap_switch_slab(heap, cls)) return block;
   // The class's borrowed list ran dry: serve the current slab again.
   if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);

@@ -89,11 +89,7 @@ void push_back(Heap* owner, size_t lane, FreeBlock* head) {
 // miss, and independent lists let those misses overlap.
 size_t borrow_inbox(Heap* heap, Heap* owner, size_t budget, uint64_t& classes) {
   FreeBlock* lists[kLanes];
-  size_t active = 0;
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    lists[lane] = owner->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
-    if (lists[lane] != nullptr) ++active;
-  }
+  size_t active = inbox_take(owner, lists);
   size_t kept = 0;
   while (active != 0 && kept < budget) {
     for (FreeBlock*& list : lists) {

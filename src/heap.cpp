@@ -520,13 +520,7 @@ template <bool kForReuse>
 void drain_inbox(Heap* heap) {
   heap->inbox_bytes.store(0, std::memory_order_relaxed);
   FreeBlock* lists[kLanes];
-  size_t active = 0;
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    // acq_rel: see the senders' links, and let a sender that pushes after
-    // this see whether the heap was orphaned (thread_heap_teardown).
-    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
-    if (lists[lane] != nullptr) ++active;
-  }
+  size_t active = inbox_take(heap, lists);
   // The lanes side by side: their next blocks are loaded independently.
   while (active != 0) {
     for (FreeBlock*& list : lists) {

@@ -259,6 +259,18 @@ inline bool inbox_pending(const Heap* heap) {
   return any != 0;
 }
 
+// Takes every lane of `heap`'s inbox into `lists`; returns how many were
+// not empty. acq_rel: see the senders' links, and let a sender that pushes
+// after this see whether the heap was orphaned (thread_heap_teardown).
+inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
+  size_t active = 0;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
+    if (lists[lane] != nullptr) ++active;
+  }
+  return active;
+}
+
 // Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);
 // The owner's drain before it allocates: in secure mode the blocks wait in
