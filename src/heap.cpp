@@ -174,6 +174,7 @@ Page* slab_format(Heap* heap, Page* page, unsigned cls, bool is_zero) {
   page->free = nullptr;
   page->needed = 0;
   page->size_class = static_cast<uint8_t>(cls);
+  page->block_bytes = kClassInfo[cls].size;
   page->is_zero = is_zero ? 1 : 0;
   page->div_magic = kClassInfo[cls].div_magic;
   page->set_carved_bytes(0);
