@@ -30,7 +30,10 @@ namespace xalloc {
 // The classes served through the direct table.
 constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
 
-constexpr uint32_t kSampleSpanSlots = 4;
+// Spans of freed large blocks a heap keeps for its next large blocks
+// (large.cpp): at most this many, of at most kKeptSliceBudget slices in all.
+constexpr uint32_t kKeptSpanSlots = 4;
+constexpr uint32_t kKeptSliceBudget = 16;  // 1 MiB
 
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread
@@ -92,10 +95,22 @@ struct alignas(64) Heap {
   // Blocks borrowed from stalled heaps' inboxes (borrow.h); mapped when
   // the heap first borrows, so that heaps that never do touch none of it.
   BorrowedLists* borrowed;
-  // One-slice spans of freed sampled blocks, kept for this heap's next
-  // samples (large.cpp).
-  Page* sample_spans[kSampleSpanSlots];
-  uint32_t sample_span_count;
+  // Spans of large blocks this heap's thread freed, kept whole for its next
+  // large blocks of the same length and for its samples (large.cpp). A kept
+  // span stays a large span with no usable bytes. The bytes of its last
+  // block stay counted in the statistics' large_in_use until the span is
+  // reused or released (so a block of the same size that takes it changes
+  // no shared counter); kept_counted sums them, for xalloc_get_stats to
+  // take off.
+  struct KeptSpan {
+    Page* span;
+    size_t counted;
+  };
+  KeptSpan kept_spans[kKeptSpanSlots];
+  uint32_t kept_span_count;
+  uint32_t kept_slices;
+  uint32_t kept_since;  // slow_calls when one was last kept or taken
+  std::atomic<size_t> kept_counted;
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -158,7 +173,8 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
-      sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), sample_spans{}, sample_span_count(0), outbox{},
+      sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
+      kept_slices(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif
@@ -305,8 +321,13 @@ void quarantine_flush(Heap* heap);
 // Hands back everything the heap caches: sends its outbox, drains its inbox,
 // returns empty slabs; slabs with live blocks stay owned.
 void heap_collect(Heap* heap);
-// Returns the heap's spare empty slabs and kept spans of sampled blocks to
+// Returns the heap's spare empty slabs and kept spans of large blocks to
 // the span allocator (trim).
 void heap_release_spares(Heap* heap);
+// Counts a slow call of the heap (an allocation that needed more than its
+// slab's free list, or a large block kept); every 16th runs the periodic
+// work: expiring spares and kept spans, sending the outbox, purging memory
+// past its delay.
+void heap_tick(Heap* heap);
 
 }  // namespace xalloc

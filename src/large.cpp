@@ -50,23 +50,65 @@ void set_large(Page* span, size_t usable, bool is_zero) {
   stats::note_in_use();
 }
 
-// Spans of sampled blocks. At the default rate a program that allocates
-// gigabytes a second takes hundreds of thousands of samples a second, and
-// taking and returning a span from the shared span allocator for each
-// cost more than the rest of sampling (stack walk included); so a heap
-// keeps a few one-slice spans of freed sampled blocks (not in the secure
-// build, whose large blocks carry a guard page). A kept span stays a large
-// span with no usable bytes: a second free of its block is reported.
-bool keep_sample_span(Page* span) {
+// Kept spans. Taking a span from the shared span allocator and giving it
+// back costs a lock and the search and merge of free spans (89 ns a
+// malloc/free pair of 256 KiB, against 3 ns for the small classes), and
+// every thread that does it waits for the same lock. So the thread that
+// frees a large block keeps its span, up to kKeptSliceBudget slices in all,
+// for its next large block of as many slices - a buffer allocated and
+// freed in a loop - and for its heap-profiler samples, which take a slice
+// each (at the default rate, hundreds of thousands a second in a program
+// that allocates gigabytes). A kept span stays a large span with no usable
+// bytes: a second free of its block is reported, and the span allocator
+// neither merges it nor grows a neighbour into it. It goes back when the
+// heap's thread exits or trims, or after kSpareLifetime slow paths unused
+// (heap.cpp). Not in the secure build, whose large blocks carry a guard
+// page and whose freed memory is not reused at once.
+bool keep_span(Page* span) {
+  if (secure::kEnabled) return false;
+  // A thread whose allocations were all large has no heap yet: it gets one
+  // now, or keeps nothing (exiting, or out of memory).
   Heap* heap = t_heap;
-  if (secure::kEnabled || span->slice_count != 1 || heap == &g_empty_heap ||
-      heap->sample_span_count == kSampleSpanSlots || heap->state.load(std::memory_order_relaxed) != HeapState::kActive)
+  if (heap == &g_empty_heap && (heap = thread_heap_acquire()) == nullptr) return false;
+  if (heap->kept_span_count == kKeptSpanSlots ||
+      heap->kept_slices + span->slice_count > kKeptSliceBudget ||
+      heap->state.load(std::memory_order_relaxed) != HeapState::kActive)
     return false;
-  stats::sub(stats::g_global.large_in_use, span->large_usable);
+  size_t counted = span->large_usable;
   span->large_usable = 0;
   span->sampled = 0;
-  heap->sample_spans[heap->sample_span_count++] = span;
+  heap->kept_spans[heap->kept_span_count++] = {span, counted};
+  heap->kept_slices += span->slice_count;
+  heap->kept_since = heap->slow_calls;
+  heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
+  // A thread that only takes and keeps spans still does the periodic work
+  // (purging what it and others freed), as its slow paths would.
+  heap_tick(heap);
   return true;
+}
+
+// The most recently kept span of `slices` slices, taken out of `heap` for a
+// block of `usable` bytes; null if there is none.
+Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
+  for (uint32_t i = heap->kept_span_count; i-- > 0;) {
+    Heap::KeptSpan kept = heap->kept_spans[i];
+    if (kept.span->slice_count != slices) continue;
+    for (uint32_t j = i + 1; j < heap->kept_span_count; ++j) heap->kept_spans[j - 1] = heap->kept_spans[j];
+    heap->kept_span_count--;
+    heap->kept_slices -= kept.span->slice_count;
+    heap->kept_since = heap->slow_calls;
+    heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) - kept.counted,
+                             std::memory_order_relaxed);
+    kept.span->large_usable = usable;
+    kept.span->is_zero = 0;
+    if (usable != kept.counted) {
+      stats::add(stats::g_global.large_in_use, usable);
+      stats::sub(stats::g_global.large_in_use, kept.counted);
+      if (usable > kept.counted) stats::note_in_use();
+    }
+    return kept.span;
+  }
+  return nullptr;
 }
 
 // --- huge -------------------------------------------------------------------
@@ -187,6 +229,13 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t slices = large_slices(usable + extra);
   if (slices > kPayloadSlices) return huge_alloc(size, alignment, zero);
+  if (extra == 0) {
+    if (Page* span = take_kept_span(t_heap, slices, usable)) {
+      void* block = reinterpret_cast<void*>(span->start);
+      if (zero) memset(block, 0, size);
+      return block;
+    }
+  }
   bool is_zero = false;
   Page* span = g_spans.allocate(slices, PageKind::kLarge, &is_zero);
   if (span == nullptr) return fail_enomem();
@@ -205,23 +254,26 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
 }
 
 void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
-  // A kept span is one slice, aligned to it.
-  if (heap->sample_span_count == 0 || size > kSliceSize || alignment > kSliceSize)
-    return large_alloc(size, alignment, false);
-  Page* span = heap->sample_spans[--heap->sample_span_count];
-  set_large(span, size == 0 ? kOsPageSize : round_up(size, kOsPageSize), false);
+  // A one-slice span is aligned to its slice.
+  size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
+  Page* span = size <= kSliceSize && alignment <= kSliceSize ? take_kept_span(heap, 1, usable) : nullptr;
+  if (span == nullptr) return large_alloc(size, alignment, false);
   return reinterpret_cast<void*>(span->start);
 }
 
-void sample_spans_release(Heap* heap) {
-  while (heap->sample_span_count != 0) g_spans.release(heap->sample_spans[--heap->sample_span_count]);
+void kept_spans_release(Heap* heap) {
+  while (heap->kept_span_count != 0) {
+    Heap::KeptSpan kept = heap->kept_spans[--heap->kept_span_count];
+    stats::sub(stats::g_global.large_in_use, kept.counted);
+    g_spans.release(kept.span);
+  }
+  heap->kept_slices = 0;
+  heap->kept_counted.store(0, std::memory_order_relaxed);
 }
 
 void large_free(Page* page) {
-  if (XALLOC_UNLIKELY(page->sampled)) {
-    prof::forget(page);
-    if (keep_sample_span(page)) return;
-  }
+  if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
+  if (keep_span(page)) return;
   unguard_after(page, page->start + page->large_usable);
   stats::sub(stats::g_global.large_in_use, page->large_usable);
   g_spans.release(page);
@@ -465,7 +517,10 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
 }
 
 bool release_cached_memory() {
-  size_t released = slab_pool::release_all();
+  Heap* heap = t_heap;
+  size_t released = size_t{heap->kept_slices} << kSliceShift;
+  if (heap->kept_span_count != 0) kept_spans_release(heap);
+  released += slab_pool::release_all();
   released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);
   return released != 0;

@@ -25,10 +25,11 @@ void* large_realloc(Page* page, void* ptr, size_t size);
 
 struct Heap;
 // The block of a sampled allocation (heap_profiler.h): a large block of its
-// own, from `heap`'s kept spans when one fits. Freed, the span may be kept
-// by the freeing thread's heap; sample_spans_release gives them back.
+// own, from `heap`'s kept spans when one fits.
 void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment);
-void sample_spans_release(Heap* heap);
+// Gives the spans of freed large blocks that `heap` keeps (large.cpp) back
+// to the span allocator.
+void kept_spans_release(Heap* heap);
 
 void* huge_alloc(size_t size, size_t alignment, bool zero);
 void huge_free(Segment* segment);

@@ -15,7 +15,10 @@ struct Global {
   std::atomic<size_t> committed{0};      // bytes possibly resident (dirty slices, live huge blocks)
   std::atomic<size_t> purged{0};         // bytes given back with madvise, ever
   std::atomic<size_t> segments{0};       // mappings currently held
-  std::atomic<size_t> large_in_use{0};   // bytes in live large and huge blocks
+  // Bytes in live large and huge blocks, and in the last blocks of the
+  // spans heaps keep (heap.h: at most kKeptSliceBudget slices a heap), which
+  // xalloc_get_stats takes off; the purge budgets count them as in use.
+  std::atomic<size_t> large_in_use{0};
   std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps
   std::atomic<size_t> heaps{0};          // thread heaps created
   std::atomic<size_t> remote_frees{0};   // blocks freed by a non-owning thread (counted per batch)

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "heap.h"
+#include "segment.h"
 #include "slab.h"
 #include "slab_pool.h"
 #include "span_allocator.h"
@@ -16,6 +18,18 @@
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kSlice = 64 * 1024;
+// A large block whose span no heap keeps (heap.h: kKeptSliceBudget): its
+// free goes to the span allocator at once.
+constexpr size_t kUnkeptLarge = (xalloc::kKeptSliceBudget + 1) * kSlice;
+
+// Whether the block at `p`, freed, sits in a span its heap keeps: still a
+// large span (with no usable bytes), not a free span of the span allocator.
+bool span_kept(void* p) {
+  auto address = reinterpret_cast<uintptr_t>(p);
+  const xalloc::Page* span = xalloc::page_of(xalloc::segment_of(address), address);
+  return span->kind() == xalloc::PageKind::kLarge && span->large_usable == 0;
+}
 
 xalloc_stats_t stats() {
   xalloc_stats_t s;
@@ -105,8 +119,10 @@ TEST(Purge, BurstOfHugeFreesGoesBackWithoutTrim) {
 // back, and steps down only after a whole purge delay (500 ms) of calm.
 TEST(Purge, BudgetGrowsUnderReuseAndShrinksOnlyAfterADelayOfCalm) {
   using Clock = std::chrono::steady_clock;
-  // Any large free lets the span allocator purge and review its budget.
-  auto nudge = [] { xalloc_free(xalloc_malloc(256 * 1024)); };
+  // A large free lets the span allocator purge and review its budget: of a
+  // block too big for the spans a heap keeps, which goes back to the span
+  // allocator at once.
+  auto nudge = [] { xalloc_free(xalloc_malloc(kUnkeptLarge)); };
   // 16 MiB of large blocks, freed (beyond the 4 MiB budget of a small
   // heap: purged after 50 ms) and taken back, a few times over.
   constexpr int kBlocks = 8;
@@ -172,7 +188,7 @@ TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
   // 24 MiB of slabs emptied: far beyond the budget (12% of 40 MiB), and
   // less than what stays live.
   free_range(blocks, 0, blocks.size() * 3 / 8);
-  auto nudge = [] { xalloc_free(xalloc_malloc(256 * 1024)); };
+  auto nudge = [] { xalloc_free(xalloc_malloc(kUnkeptLarge)); };
   std::this_thread::sleep_for(std::chrono::milliseconds(80));
   nudge();
   EXPECT_LT(stats().purged - purged_before, 8 * kMiB) << "dropped memory purged within a tenth of the delay";
@@ -260,6 +276,112 @@ TEST(Stats, CountersFollowAllocations) {
   EXPECT_GE(with_huge.large_in_use, before.large_in_use + 40 * kMiB);
   EXPECT_GE(with_huge.mapped, 40 * kMiB);
   xalloc_free(huge);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use);
+  xalloc_free(small);
+}
+
+// A freed large block's span stays with the freeing thread's heap for its
+// next large block of as many slices: no shared lock on a buffer allocated
+// and freed in a loop.
+TEST(KeptSpans, FreedLargeBlockServesTheNextOfItsLength) {
+  void* small = xalloc_malloc(10);  // gives this thread its heap
+  auto* p = static_cast<unsigned char*>(xalloc_malloc(256 * 1024));
+  ASSERT_NE(p, nullptr);
+  memset(p, 0xAB, 256 * 1024);
+  xalloc_free(p);
+  EXPECT_TRUE(span_kept(p));
+  // 250,000 bytes take the same four slices.
+  auto* q = static_cast<unsigned char*>(xalloc_malloc(250000));
+  EXPECT_EQ(q, p) << "a freed 256 KiB span was not reused";
+  EXPECT_EQ(xalloc_usable_size(q), size_t{250000 + 4096 - 250000 % 4096});
+  xalloc_free(q);
+  // calloc of a kept span (dirty) still zeroes it.
+  auto* z = static_cast<unsigned char*>(xalloc_calloc(1, 256 * 1024));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z, p);
+  EXPECT_EQ(std::count(z, z + 256 * 1024, 0), 256 * 1024) << "calloc handed out a kept span unzeroed";
+  xalloc_free(z);
+  xalloc_trim(0);
+  xalloc_free(small);
+}
+
+// A thread whose only blocks are large has no heap until it frees one: it
+// gets a heap then, and keeps the span as any thread does.
+TEST(KeptSpans, ThreadWithOnlyLargeBlocksKeepsItsSpans) {
+  void* first = nullptr;
+  void* second = nullptr;
+  bool had_heap = true;
+  bool kept = false;
+  std::thread t([&] {
+    had_heap = xalloc::t_heap != &xalloc::g_empty_heap;
+    first = xalloc_malloc(256 * 1024);
+    xalloc_free(first);
+    kept = span_kept(first);
+    second = xalloc_malloc(256 * 1024);
+    xalloc_free(second);
+  });
+  t.join();
+  EXPECT_FALSE(had_heap) << "the thread had a heap before its first block";
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(kept) << "a thread without a small block did not keep its freed span";
+  EXPECT_EQ(second, first);
+}
+
+// Kept spans count as free in the statistics, whatever size the block that
+// takes one next has; trim gives them back to the span allocator.
+TEST(KeptSpans, StatisticsAndTrim) {
+  void* small = xalloc_malloc(10);
+  xalloc_trim(0);
+  xalloc_stats_t before = stats();
+  void* a = xalloc_malloc(200 * 1024);
+  void* b = xalloc_malloc(100 * 1024);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use + 300 * 1024);
+  xalloc_free(a);
+  xalloc_free(b);
+  xalloc_stats_t freed = stats();
+  EXPECT_EQ(freed.large_in_use, before.large_in_use) << "kept spans still counted as in use";
+  EXPECT_EQ(freed.in_use, before.in_use);
+  void* c = xalloc_malloc(120 * 1024);  // b's two slices, 20 KiB more bytes
+  EXPECT_EQ(c, b);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use + 120 * 1024);
+  xalloc_free(c);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use);
+  // Trim returns the kept spans (the span allocator merges them), and the
+  // counters do not move.
+  EXPECT_GE(xalloc_trim(0), 0);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use);
+  void* whole = xalloc_malloc(7 * kSlice);  // seven slices: no kept span of that length
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use + 7 * kSlice);
+  xalloc_free(whole);
+  xalloc_trim(0);
+  EXPECT_EQ(stats().large_in_use, before.large_in_use);
+  xalloc_free(small);
+}
+
+// A heap keeps kKeptSliceBudget slices of spans at most: of three freed
+// blocks of a little less than half of that, the third goes back to the
+// span allocator.
+TEST(KeptSpans, BudgetBoundsWhatAHeapKeeps) {
+  constexpr size_t kSize = (xalloc::kKeptSliceBudget / 2 - 1) * kSlice;
+  static_assert(xalloc::kKeptSpanSlots >= 3, "the slots, not the budget, would bound the test");
+  void* small = xalloc_malloc(10);
+  xalloc_trim(0);
+  xalloc_stats_t before = stats();
+  void* blocks[3];
+  for (void*& p : blocks) {
+    p = xalloc_malloc(kSize);
+    ASSERT_NE(p, nullptr);
+    xtest::touch_pages(p, kSize, 1);
+  }
+  for (void* p : blocks) xalloc_free(p);
+  // The kept two come back (newest first); the third was not kept.
+  void* again[3];
+  for (void*& p : again) p = xalloc_malloc(kSize);
+  EXPECT_EQ(again[0], blocks[1]);
+  EXPECT_EQ(again[1], blocks[0]);
+  for (void* p : again) xalloc_free(p);
+  xalloc_trim(0);
   EXPECT_EQ(stats().large_in_use, before.large_in_use);
   xalloc_free(small);
 }
