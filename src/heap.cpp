@@ -305,7 +305,7 @@ void heap_periodic(Heap* heap) {
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
   if (heap->spare_classes != 0) spares_expire(heap);
-  if (heap->kept_span_count != 0 && heap->slow_calls - heap->kept_since >= kSpareLifetime) kept_spans_release(heap);
+  if (heap->slow_calls - heap->kept_since >= kSpareLifetime) kept_spans_release(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
@@ -710,7 +710,7 @@ void heap_collect(Heap* heap) {
 void heap_release_spares(Heap* heap) {
   for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1)
     spares_release(heap, static_cast<unsigned>(__builtin_ctzll(classes)));
-  if (heap->kept_span_count != 0) kept_spans_release(heap);
+  kept_spans_release(heap);
 }
 
 }  // namespace xalloc

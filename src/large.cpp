@@ -262,6 +262,8 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 }
 
 void kept_spans_release(Heap* heap) {
+  // (Not a write to g_empty_heap, which every thread without a heap shares.)
+  if (heap->kept_span_count == 0) return;
   while (heap->kept_span_count != 0) {
     Heap::KeptSpan kept = heap->kept_spans[--heap->kept_span_count];
     stats::sub(stats::g_global.large_in_use, kept.counted);
@@ -519,7 +521,7 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
 bool release_cached_memory() {
   Heap* heap = t_heap;
   size_t released = size_t{heap->kept_slices} << kSliceShift;
-  if (heap->kept_span_count != 0) kept_spans_release(heap);
+  kept_spans_release(heap);
   released += slab_pool::release_all();
   released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);
