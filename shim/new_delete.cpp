@@ -22,6 +22,27 @@ extern "C" int __gxx_personality_v0(...) __attribute__((weak));
 extern "C" void* __cxa_begin_catch(void*) noexcept __attribute__((weak));
 extern "C" void __cxa_end_catch() __attribute__((weak));
 
+#if !defined(XALLOC_STATIC_ARCHIVE)
+#define XALLOC_STATIC_ARCHIVE 0
+#endif
+
+#if XALLOC_STATIC_ARCHIVE
+// libxalloc.a: the C++ ABI's way to throw a std::bad_alloc without
+// std::__throw_bad_alloc - the exception's storage and throw, and the
+// class's type_info, vtable and destructor. A program whose C++ runtime is
+// linked statically (-static-libstdc++, -static) gets the member of
+// libstdc++.a that holds __throw_bad_alloc only when something else needs
+// it (a weak reference does not pull an archive member in); one that
+// catches std::bad_alloc has all of these. (Not in libxalloc.so, whose
+// programs load libstdc++.so, which exports __throw_bad_alloc: five more
+// symbols to bind would only slow every process's start.)
+extern "C" void* __cxa_allocate_exception(size_t) noexcept __attribute__((weak));
+extern "C" void __cxa_throw(void*, void*, void (*)(void*)) __attribute__((weak, noreturn));
+extern char bad_alloc_type_info[] __asm__("_ZTISt9bad_alloc") __attribute__((weak));
+extern void* bad_alloc_vtable[] __asm__("_ZTVSt9bad_alloc") __attribute__((weak));
+extern void bad_alloc_destroy(void*) __asm__("_ZNSt9bad_allocD1Ev") __attribute__((weak));
+#endif
+
 using namespace xalloc;
 
 namespace {
@@ -33,6 +54,17 @@ bool valid_alignment(size_t alignment) { return alignment != 0 && (alignment & (
     std::__throw_bad_alloc();
     __builtin_unreachable();
   }
+#if XALLOC_STATIC_ARCHIVE
+  if (&__cxa_allocate_exception != nullptr && &__cxa_throw != nullptr && bad_alloc_type_info != nullptr &&
+      bad_alloc_vtable != nullptr && &bad_alloc_destroy != nullptr) {
+    static_assert(sizeof(std::bad_alloc) == sizeof(void*), "std::bad_alloc is its vtable pointer alone");
+    // An object's vtable pointer points past the vtable's first two
+    // entries (offset to top, type_info): Itanium C++ ABI, 2.5.
+    void* exception = __cxa_allocate_exception(sizeof(std::bad_alloc));
+    *static_cast<void**>(exception) = &bad_alloc_vtable[2];
+    __cxa_throw(exception, bad_alloc_type_info, &bad_alloc_destroy);
+  }
+#endif
   report::fatal("out of memory in operator new, and no C++ runtime to throw std::bad_alloc");
 }
 

@@ -9,6 +9,7 @@
 #                                     the exit statistics must show xalloc served it
 #   clink       build a C program with -lxalloc and run it
 #   static      build a C++ program with libxalloc.a and run it
+#   staticrt    the same with the C++ runtime linked statically too: std::bad_alloc
 #   deps        libxalloc.so needs libc only and exports the whole API
 #
 # Environment (set by CTest, see tests/CMakeLists.txt):
@@ -214,6 +215,18 @@ case "$case_name" in
     XALLOC_STATS=1 ./static_program >s.out 2>s.err || fail "the static program failed: $(cat s.err)"
     expect_line s.out "static program: ok"
     check_stats s.err
+    ;;
+
+  staticrt)
+    need g++
+    : "${E2E_INCLUDE:?}" "${E2E_STATIC_LIB:?}"
+    g++ -std=c++20 -O2 -Wall -Wextra -Werror -static-libstdc++ -static-libgcc -o static_runtime_program \
+      "$here/static_runtime_program.cpp" "$E2E_STATIC_LIB" -pthread ||
+      fail "cannot build a C++ program with libxalloc.a and -static-libstdc++"
+    deps=$(readelf -d static_runtime_program)
+    if grep -q 'NEEDED.*libstdc++' <<<"$deps"; then fail "libstdc++ was linked dynamically"; fi
+    ./static_runtime_program >r.out 2>r.err || fail "the program failed: $(cat r.out r.err)"
+    expect_line r.out "static runtime program: ok"
     ;;
 
   deps)
