@@ -1,6 +1,7 @@
 #include "stack_trace.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
@@ -10,6 +11,7 @@
 #include "frame_walker.h"
 #include "platform/os.h"
 #include "report.h"
+#include "symbolize.h"
 
 namespace xalloc {
 
@@ -156,15 +158,42 @@ int stack_trace_capture(void** out, int max, int skip) {
   return n;
 }
 
-void stack_trace_print() {
-  if (!stack_trace_load()) {
-    report::message("(no stack trace: libunwind.so.8 is not installed)");
-    return;
+namespace {
+
+// glibc's backtrace(), where libunwind is missing or finds no frame: in a
+// statically linked program, libunwind (loaded with its own copy of libc)
+// does not see the program's unwind tables, while backtrace() uses the
+// unwinder linked into the program. Frames are named from the files'
+// symbol tables. xalloc's own come first: every frame up to the last one
+// named in its namespace among the first few (a part split off a function
+// may have no symbol of its own).
+void print_glibc_backtrace() {
+  constexpr int kMaxFrames = 64;
+  constexpr int kInternalDepth = 8;
+  void* frames[kMaxFrames];
+  char names[kMaxFrames][192];
+  int got = backtrace(frames, kMaxFrames);
+  int first = 0;
+  for (int i = 0; i < got; ++i) {
+    symbolize(frames[i], names[i], sizeof(names[i]));
+    if (i < kInternalDepth && strncmp(names[i], "_ZN6xalloc", 10) == 0) first = i + 1;
   }
+  for (int i = first; i < got; ++i) {
+    report::detail("    #%u %p in %s", static_cast<unsigned>(i - first), frames[i], names[i]);
+  }
+  if (first >= got) report::message("(no stack trace: libunwind.so.8 is not installed, and backtrace() found none)");
+}
+
+}  // namespace
+
+void stack_trace_print() {
+  if (!stack_trace_load()) return print_glibc_backtrace();
   WalkGuard walking;
   unw_context_t context;
   unw_cursor_t cursor;
-  if (g_unwind.getcontext(&context) != 0 || g_unwind.init_local(&cursor, &context) != 0) return;
+  if (g_unwind.getcontext(&context) != 0 || g_unwind.init_local(&cursor, &context) != 0) {
+    return print_glibc_backtrace();
+  }
   const void* own_base = own_object_base();
   Dl_info own_info;
   bool own_is_executable = dladdr(own_base, &own_info) == 0 || own_info.dli_fname == nullptr ||
@@ -192,6 +221,7 @@ void stack_trace_print() {
     }
     ++shown;
   }
+  if (shown == 0) print_glibc_backtrace();
 }
 
 }  // namespace xalloc

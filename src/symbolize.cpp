@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,11 +95,43 @@ const char* base_name(const char* path) {
   return slash != nullptr ? slash + 1 : path;
 }
 
+// A statically linked program, where dladdr knows no object: the
+// executable's load bias (zero unless it is a static PIE), from where the
+// auxiliary vector says its program headers are - against their address
+// in the file (PT_PHDR), or else against the ELF header, which the first
+// segment maps just before them. file_for reads /proc/self/exe for it.
+bool static_executable_info(Dl_info& info) {
+  auto phdrs_at = static_cast<uintptr_t>(getauxval(AT_PHDR));
+  size_t count = getauxval(AT_PHNUM);
+  if (phdrs_at == 0) return false;
+  auto* phdrs = reinterpret_cast<const Elf64_Phdr*>(phdrs_at);
+  const Elf64_Phdr* first_load = nullptr;
+  uintptr_t bias = 0;
+  bool known = false;
+  for (size_t i = 0; i < count; ++i) {
+    if (phdrs[i].p_type == PT_PHDR) {
+      bias = phdrs_at - phdrs[i].p_vaddr;
+      known = true;
+    }
+    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0 && first_load == nullptr) first_load = &phdrs[i];
+  }
+  if (!known && first_load != nullptr) {
+    auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(phdrs_at - sizeof(Elf64_Ehdr));
+    if (memcmp(ehdr->e_ident, ELFMAG, SELFMAG) == 0 && ehdr->e_phoff == sizeof(Elf64_Ehdr)) {
+      bias = reinterpret_cast<uintptr_t>(ehdr) - first_load->p_vaddr;
+    }
+  }
+  info = Dl_info{};
+  info.dli_fbase = reinterpret_cast<void*>(bias);
+  return true;
+}
+
 }  // namespace
 
 const char* symbolize(const void* address, char* buf, size_t size) {
   Dl_info info;
-  if (dladdr(address, &info) == 0) {
+  bool found = dladdr(address, &info) != 0;
+  if (!found && !static_executable_info(info)) {
     const report::Arg args[] = {address};
     report::format(buf, size, "%p", args, 1);
     return buf;
@@ -121,6 +154,11 @@ const char* symbolize(const void* address, char* buf, size_t size) {
       report::format(buf, size, "%s+%x", args, 2);
       return buf;
     }
+  }
+  if (!found) {
+    const report::Arg args[] = {address};
+    report::format(buf, size, "%p", args, 1);
+    return buf;
   }
   if (info.dli_sname != nullptr) {
     const report::Arg args[] = {info.dli_sname, target - reinterpret_cast<uintptr_t>(info.dli_saddr)};

@@ -1,9 +1,10 @@
 // Names for code addresses, for heap profiles and leak reports.
 //
 // dladdr() only knows exported symbols, which leaves most functions of an
-// executable nameless; this reads each object's ELF symbol table (.symtab,
-// else .dynsym) from its file instead. Used when profiles are written,
-// never on allocation paths.
+// executable nameless (and in a statically linked program, every one);
+// this reads each object's ELF symbol table (.symtab, else .dynsym) from
+// its file instead. Used when profiles are written and for the stack of a
+// misuse report when libunwind cannot give it, never on allocation paths.
 #pragma once
 
 #include <cstddef>

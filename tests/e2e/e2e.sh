@@ -10,6 +10,8 @@
 #   clink       build a C program with -lxalloc and run it
 #   static      build a C++ program with libxalloc.a and run it
 #   staticrt    the same with the C++ runtime linked statically too: std::bad_alloc
+#   staticmisuse  a C program linked with -static frees a block twice: the report
+#               and a stack trace reaching main
 #   deps        libxalloc.so needs libc only and exports the whole API
 #
 # Environment (set by CTest, see tests/CMakeLists.txt):
@@ -227,6 +229,24 @@ case "$case_name" in
     if grep -q 'NEEDED.*libstdc++' <<<"$deps"; then fail "libstdc++ was linked dynamically"; fi
     ./static_runtime_program >r.out 2>r.err || fail "the program failed: $(cat r.out r.err)"
     expect_line r.out "static runtime program: ok"
+    ;;
+
+  staticmisuse)
+    need cc
+    : "${E2E_STATIC_LIB:?}"
+    [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || skip "no static libc (libc6-dev)"
+    # (ld warns that dlopen in a static program needs the shared libc at run time.)
+    cc -std=c11 -O1 -Wall -Wextra -Werror -static -o static_misuse "$here/static_misuse.c" \
+      -Wl,--whole-archive "$E2E_STATIC_LIB" -Wl,--no-whole-archive -pthread 2>link.err ||
+      fail "cannot build a static C program with libxalloc.a: $(cat link.err)"
+    ./static_misuse >m.out 2>m.err
+    status=$?
+    [ "$status" -eq 134 ] || fail "expected SIGABRT (exit status 134), got $status: $(cat m.err)"
+    block=$(sed -n 's/^block //p' m.out)
+    grep -qE "^xalloc: double free of $block \([0-9]+-byte class\) in free\(\)$" m.err ||
+      fail "no double-free report for $block: $(cat m.err)"
+    grep -qE '^    #[0-9]+ 0x[0-9a-f]+ in main\+0x[0-9a-f]+' m.err || fail "no stack trace reaching main: $(cat m.err)"
+    if grep -q survived m.out; then fail "the program went on after the double free"; fi
     ;;
 
   deps)
