@@ -58,9 +58,12 @@ bool is_internal_frame(const void* ip, const char* name, const void* own_base, b
 bool stack_trace_load() {
   int state = g_state.load(std::memory_order_acquire);
   if (state != 0) return state > 0;
+  // Not in a statically linked program (dladdr knows no object there):
+  // dlopen would bring libunwind its own copy of libc, which does not know
+  // the program's unwind tables - its traces stop after a frame or two.
   // RTLD_LOCAL: libunwind also defines backtrace(), which must not replace
   // glibc's for the program.
-  void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  void* lib = own_object_base() != nullptr ? dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
   bool ok = lib != nullptr && resolve(lib, "_Ux86_64_getcontext", &g_unwind.getcontext) &&
             resolve(lib, "_ULx86_64_init_local", &g_unwind.init_local) &&
             resolve(lib, "_ULx86_64_step", &g_unwind.step) && resolve(lib, "_ULx86_64_get_reg", &g_unwind.get_reg) &&
@@ -160,10 +163,9 @@ int stack_trace_capture(void** out, int max, int skip) {
 
 namespace {
 
-// glibc's backtrace(), where libunwind is missing or finds no frame: in a
-// statically linked program, libunwind (loaded with its own copy of libc)
-// does not see the program's unwind tables, while backtrace() uses the
-// unwinder linked into the program. Frames are named from the files'
+// glibc's backtrace(), where libunwind is missing or finds no frame, and
+// in a statically linked program (stack_trace_load), where backtrace()
+// uses the unwinder linked into the program. Frames are named from the files'
 // symbol tables. xalloc's own come first: every frame up to the last one
 // named in its namespace among the first few (a part split off a function
 // may have no symbol of its own).
