@@ -173,9 +173,11 @@ const char* symbolize(const void* address, char* buf, size_t size) {
 bool is_xalloc_code(const void* address) {
   Dl_info own;
   Dl_info info;
-  if (dladdr(reinterpret_cast<const void*>(&is_xalloc_code), &own) == 0 || dladdr(address, &info) == 0) return false;
-  // Linked statically, xalloc shares the executable: decide by name.
-  bool shared = own.dli_fname != nullptr && strstr(own.dli_fname, "libxalloc") != nullptr;
+  // In a statically linked program dladdr knows nothing: decide by name.
+  bool dynamic = dladdr(reinterpret_cast<const void*>(&is_xalloc_code), &own) != 0;
+  if (dynamic && dladdr(address, &info) == 0) return false;
+  // Linked into the executable, xalloc shares it: decide by name too.
+  bool shared = dynamic && own.dli_fname != nullptr && strstr(own.dli_fname, "libxalloc") != nullptr;
   if (shared) return info.dli_fbase == own.dli_fbase;
   char name[256];
   symbolize(address, name, sizeof(name));

@@ -12,6 +12,8 @@
 #   staticrt    the same with the C++ runtime linked statically too: std::bad_alloc
 #   staticmisuse  a C program linked with -static frees a block twice: the report
 #               and a stack trace reaching main
+#   staticprof  a C program linked with -static-pie under the heap profiler: its
+#               samples' stacks
 #   deps        libxalloc.so needs libc only and exports the whole API
 #
 # Environment (set by CTest, see tests/CMakeLists.txt):
@@ -247,6 +249,22 @@ case "$case_name" in
       fail "no double-free report for $block: $(cat m.err)"
     grep -qE '^    #[0-9]+ 0x[0-9a-f]+ in main\+0x[0-9a-f]+' m.err || fail "no stack trace reaching main: $(cat m.err)"
     if grep -q survived m.out; then fail "the program went on after the double free"; fi
+    ;;
+
+  staticprof)
+    need cc
+    : "${E2E_STATIC_LIB:?}"
+    [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || skip "no static libc (libc6-dev)"
+    cc -std=c11 -O1 -Wall -Wextra -Werror -static-pie -o static_prof "$here/static_prof.c" \
+      -Wl,--whole-archive "$E2E_STATIC_LIB" -Wl,--no-whole-archive -pthread 2>link.err ||
+      fail "cannot build a static PIE with libxalloc.a: $(cat link.err)"
+    XALLOC_PROF=1 XALLOC_PROF_RATE=64k XALLOC_PROF_PREFIX="$work/prof" ./static_prof >p.out 2>p.err ||
+      fail "the program failed: $(cat p.err)"
+    profile=$(ls "$work"/prof.*.collapsed 2>/dev/null | head -1)
+    [ -n "$profile" ] || fail "no profile written: $(cat p.err)"
+    grep -qE '(^|;)main\+0x[0-9a-f]+;keep_blocks\+0x[0-9a-f]+ [0-9]+$' "$profile" ||
+      fail "no sample's stack ends in main;keep_blocks: $(head -5 "$profile")"
+    if grep -q '_ZN6xalloc' "$profile"; then fail "xalloc's own frames in the stacks: $(head -5 "$profile")"; fi
     ;;
 
   deps)
