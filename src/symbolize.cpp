@@ -126,6 +126,29 @@ bool static_executable_info(Dl_info& info) {
   return true;
 }
 
+// Named "function+0xoffset" by symbolize: xalloc's namespace, its
+// prefixed API, and the entry points of the shim - C++ operator new and
+// delete and the C functions - which an optimised build reaches by tail
+// calls (no frame of their own) but a debug build does not.
+bool is_xalloc_name(const char* name) {
+  if (strncmp(name, "_ZN6xalloc", 10) == 0 || strncmp(name, "xalloc_", 7) == 0) return true;
+  for (const char* prefix : {"_Znw", "_Zna", "_Zdl", "_Zda"}) {
+    if (strncmp(name, prefix, 4) == 0) return true;
+  }
+  static constexpr const char* kEntryPoints[] = {
+      "malloc",          "free",          "calloc",         "realloc",          "reallocarray",
+      "posix_memalign",  "aligned_alloc", "memalign",       "valloc",           "pvalloc",
+      "malloc_usable_size", "free_sized", "free_aligned_sized", "cfree",       "__libc_malloc",
+      "__libc_free",     "__libc_calloc", "__libc_realloc", "__libc_memalign",  "__libc_valloc",
+      "__libc_pvalloc",  "__posix_memalign"};
+  const char* plus = strchr(name, '+');
+  size_t length = plus != nullptr ? static_cast<size_t>(plus - name) : strlen(name);
+  for (const char* entry : kEntryPoints) {
+    if (strlen(entry) == length && strncmp(name, entry, length) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 const char* symbolize(const void* address, char* buf, size_t size) {
@@ -181,7 +204,7 @@ bool is_xalloc_code(const void* address) {
   if (shared) return info.dli_fbase == own.dli_fbase;
   char name[256];
   symbolize(address, name, sizeof(name));
-  return strncmp(name, "_ZN6xalloc", 10) == 0;
+  return is_xalloc_name(name);
 }
 
 }  // namespace xalloc
