@@ -143,7 +143,21 @@ void stack_trace_hold_for_fork() {
 
 void stack_trace_release_after_fork() { g_fork_pending.store(false, std::memory_order_release); }
 
+namespace {
+
+// Set once the program's constructors start running. In a statically
+// linked program libc's own start-up allocates (_dl_find_object_init)
+// before _dl_find_object, which frame_walk calls, is ready: a sample taken
+// there crashed. Samples before this have no stack.
+std::atomic<bool> g_constructors_started{false};
+__attribute__((constructor)) void note_constructors_started() {
+  g_constructors_started.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
 int stack_trace_capture(void** out, int max, int skip) {
+  if (!g_constructors_started.load(std::memory_order_acquire)) return 0;
   constexpr int kMaxWalk = 128;
   void* frames[kMaxWalk];
   int want = max + skip + 1 < kMaxWalk ? max + skip + 1 : kMaxWalk - 1;

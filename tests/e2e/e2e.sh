@@ -265,6 +265,15 @@ case "$case_name" in
     grep -qE '(^|;)main\+0x[0-9a-f]+;keep_blocks\+0x[0-9a-f]+ [0-9]+$' "$profile" ||
       fail "no sample's stack ends in main;keep_blocks: $(head -5 "$profile")"
     if grep -q '_ZN6xalloc' "$profile"; then fail "xalloc's own frames in the stacks: $(head -5 "$profile")"; fi
+    # Every allocation sampled, from libc's own start-up on (which allocates
+    # before _dl_find_object is ready), with and without -pie.
+    cc -std=c11 -O1 -static -o static_prof_nopie "$here/static_prof.c" \
+      -Wl,--whole-archive "$E2E_STATIC_LIB" -Wl,--no-whole-archive -pthread 2>>link.err ||
+      fail "cannot build a static program with libxalloc.a: $(cat link.err)"
+    for program in static_prof static_prof_nopie; do
+      XALLOC_PROF=1 XALLOC_PROF_RATE=1 XALLOC_PROF_PREFIX="$work/every" "./$program" >e.out 2>e.err ||
+        fail "$program failed with every allocation sampled (status $?): $(cat e.err)"
+    done
     ;;
 
   deps)
