@@ -45,12 +45,12 @@ const void* own_object_base() {
 }
 
 // Frames of xalloc itself: in its own shared object, or, when it is linked
-// into the executable, recognised by namespace.
+// into the executable, recognised by name (is_xalloc_name).
 bool is_internal_frame(const void* ip, const char* name, const void* own_base, bool own_is_executable) {
-  bool in_namespace = name != nullptr && strncmp(name, "_ZN6xalloc", 10) == 0;
-  if (own_is_executable) return in_namespace;
+  bool named_xalloc = name != nullptr && is_xalloc_name(name);
+  if (own_is_executable) return named_xalloc;
   Dl_info info;
-  return (dladdr(ip, &info) != 0 && info.dli_fbase == own_base) || in_namespace;
+  return (dladdr(ip, &info) != 0 && info.dli_fbase == own_base) || named_xalloc;
 }
 
 }  // namespace
@@ -181,8 +181,8 @@ namespace {
 // in a statically linked program (stack_trace_load), where backtrace()
 // uses the unwinder linked into the program. Frames are named from the files'
 // symbol tables. xalloc's own come first: every frame up to the last one
-// named in its namespace among the first few (a part split off a function
-// may have no symbol of its own).
+// named as xalloc's among the first few (a part split off a function may
+// have no symbol of its own).
 void print_glibc_backtrace() {
   constexpr int kMaxFrames = 64;
   constexpr int kInternalDepth = 8;
@@ -192,7 +192,7 @@ void print_glibc_backtrace() {
   int first = 0;
   for (int i = 0; i < got; ++i) {
     symbolize(frames[i], names[i], sizeof(names[i]));
-    if (i < kInternalDepth && strncmp(names[i], "_ZN6xalloc", 10) == 0) first = i + 1;
+    if (i < kInternalDepth && is_xalloc_name(names[i])) first = i + 1;
   }
   for (int i = first; i < got; ++i) {
     report::detail("    #%u %p in %s", static_cast<unsigned>(i - first), frames[i], names[i]);

@@ -126,29 +126,6 @@ bool static_executable_info(Dl_info& info) {
   return true;
 }
 
-// Named "function+0xoffset" by symbolize: xalloc's namespace, its
-// prefixed API, and the entry points of the shim - C++ operator new and
-// delete and the C functions - which an optimised build reaches by tail
-// calls (no frame of their own) but a debug build does not.
-bool is_xalloc_name(const char* name) {
-  if (strncmp(name, "_ZN6xalloc", 10) == 0 || strncmp(name, "xalloc_", 7) == 0) return true;
-  for (const char* prefix : {"_Znw", "_Zna", "_Zdl", "_Zda"}) {
-    if (strncmp(name, prefix, 4) == 0) return true;
-  }
-  static constexpr const char* kEntryPoints[] = {
-      "malloc",          "free",          "calloc",         "realloc",          "reallocarray",
-      "posix_memalign",  "aligned_alloc", "memalign",       "valloc",           "pvalloc",
-      "malloc_usable_size", "free_sized", "free_aligned_sized", "cfree",       "__libc_malloc",
-      "__libc_free",     "__libc_calloc", "__libc_realloc", "__libc_memalign",  "__libc_valloc",
-      "__libc_pvalloc",  "__posix_memalign"};
-  const char* plus = strchr(name, '+');
-  size_t length = plus != nullptr ? static_cast<size_t>(plus - name) : strlen(name);
-  for (const char* entry : kEntryPoints) {
-    if (strlen(entry) == length && strncmp(name, entry, length) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 const char* symbolize(const void* address, char* buf, size_t size) {
@@ -191,6 +168,25 @@ const char* symbolize(const void* address, char* buf, size_t size) {
   const report::Arg args[] = {base_name(info.dli_fname), target - reinterpret_cast<uintptr_t>(info.dli_fbase)};
   report::format(buf, size, "%s+%x", args, 2);
   return buf;
+}
+
+bool is_xalloc_name(const char* name) {
+  if (strncmp(name, "_ZN6xalloc", 10) == 0 || strncmp(name, "xalloc_", 7) == 0) return true;
+  for (const char* prefix : {"_Znw", "_Zna", "_Zdl", "_Zda"}) {
+    if (strncmp(name, prefix, 4) == 0) return true;
+  }
+  static constexpr const char* kEntryPoints[] = {
+      "malloc",          "free",          "calloc",         "realloc",          "reallocarray",
+      "posix_memalign",  "aligned_alloc", "memalign",       "valloc",           "pvalloc",
+      "malloc_usable_size", "free_sized", "free_aligned_sized", "cfree",       "__libc_malloc",
+      "__libc_free",     "__libc_calloc", "__libc_realloc", "__libc_memalign",  "__libc_valloc",
+      "__libc_pvalloc",  "__posix_memalign"};
+  const char* plus = strchr(name, '+');
+  size_t length = plus != nullptr ? static_cast<size_t>(plus - name) : strlen(name);
+  for (const char* entry : kEntryPoints) {
+    if (strlen(entry) == length && strncmp(name, entry, length) == 0) return true;
+  }
+  return false;
 }
 
 bool is_xalloc_code(const void* address) {

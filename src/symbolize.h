@@ -20,4 +20,11 @@ const char* symbolize(const void* address, char* buf, size_t size);
 // profiles).
 bool is_xalloc_code(const void* address);
 
+// True for a function name (or symbolize's "function+0xoffset") of xalloc:
+// its namespace, its prefixed API, and the shim's entry points - C++
+// operator new and delete and the C functions - which an optimised build
+// reaches by tail calls (no frame of their own) but a debug build does not.
+// For telling xalloc's frames apart where it shares the executable.
+bool is_xalloc_name(const char* name);
+
 }  // namespace xalloc
