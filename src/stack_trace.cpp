@@ -37,20 +37,16 @@ bool resolve(void* lib, const char* name, Fn* out) {
   return *out != nullptr;
 }
 
-// The object that contains this file's code: frames in it are xalloc's.
-const void* own_object_base() {
+// A statically linked program: dladdr knows no object there.
+bool is_static_program() {
   Dl_info info;
-  if (dladdr(reinterpret_cast<const void*>(&own_object_base), &info) == 0) return nullptr;
-  return info.dli_fbase;
+  return dladdr(reinterpret_cast<const void*>(&is_static_program), &info) == 0;
 }
 
-// Frames of xalloc itself: in its own shared object, or, when it is linked
-// into the executable, recognised by name (is_xalloc_name).
-bool is_internal_frame(const void* ip, const char* name, const void* own_base, bool own_is_executable) {
-  bool named_xalloc = name != nullptr && is_xalloc_name(name);
-  if (own_is_executable) return named_xalloc;
-  Dl_info info;
-  return (dladdr(ip, &info) != 0 && info.dli_fbase == own_base) || named_xalloc;
+// Frames of xalloc itself: named as its by libunwind, or found so by
+// is_xalloc_code (its shared object, or its names in the executable).
+bool is_internal_frame(const void* ip, const char* name) {
+  return (name != nullptr && is_xalloc_name(name)) || is_xalloc_code(ip);
 }
 
 }  // namespace
@@ -63,7 +59,7 @@ bool stack_trace_load() {
   // the program's unwind tables - its traces stop after a frame or two.
   // RTLD_LOCAL: libunwind also defines backtrace(), which must not replace
   // glibc's for the program.
-  void* lib = own_object_base() != nullptr ? dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr;
+  void* lib = is_static_program() ? nullptr : dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   bool ok = lib != nullptr && resolve(lib, "_Ux86_64_getcontext", &g_unwind.getcontext) &&
             resolve(lib, "_ULx86_64_init_local", &g_unwind.init_local) &&
             resolve(lib, "_ULx86_64_step", &g_unwind.step) && resolve(lib, "_ULx86_64_get_reg", &g_unwind.get_reg) &&
@@ -210,10 +206,6 @@ void stack_trace_print() {
   if (g_unwind.getcontext(&context) != 0 || g_unwind.init_local(&cursor, &context) != 0) {
     return print_glibc_backtrace();
   }
-  const void* own_base = own_object_base();
-  Dl_info own_info;
-  bool own_is_executable = dladdr(own_base, &own_info) == 0 || own_info.dli_fname == nullptr ||
-                           strstr(own_info.dli_fname, "libxalloc") == nullptr;
   bool skipping = true;
   int shown = 0;
   for (int depth = 0; depth < 64 && g_unwind.step(&cursor) > 0; ++depth) {
@@ -224,7 +216,7 @@ void stack_trace_print() {
     if (ip == 0) break;
     bool named = g_unwind.get_proc_name(&cursor, name, sizeof(name), &offset) == 0;
     auto* address = reinterpret_cast<void*>(ip);
-    if (skipping && is_internal_frame(address, named ? name : nullptr, own_base, own_is_executable)) continue;
+    if (skipping && is_internal_frame(address, named ? name : nullptr)) continue;
     skipping = false;
     Dl_info info;
     const char* object = dladdr(address, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "?";

@@ -126,16 +126,18 @@ bool static_executable_info(Dl_info& info) {
   return true;
 }
 
+const char* format_address(const void* address, char* buf, size_t size) {
+  const report::Arg args[] = {address};
+  report::format(buf, size, "%p", args, 1);
+  return buf;
+}
+
 }  // namespace
 
 const char* symbolize(const void* address, char* buf, size_t size) {
   Dl_info info;
   bool found = dladdr(address, &info) != 0;
-  if (!found && !static_executable_info(info)) {
-    const report::Arg args[] = {address};
-    report::format(buf, size, "%p", args, 1);
-    return buf;
-  }
+  if (!found && !static_executable_info(info)) return format_address(address, buf, size);
   auto target = reinterpret_cast<uintptr_t>(address);
   if (const SymbolFile* file = file_for(info)) {
     uintptr_t bias = file->relative ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
@@ -155,11 +157,7 @@ const char* symbolize(const void* address, char* buf, size_t size) {
       return buf;
     }
   }
-  if (!found) {
-    const report::Arg args[] = {address};
-    report::format(buf, size, "%p", args, 1);
-    return buf;
-  }
+  if (!found) return format_address(address, buf, size);
   if (info.dli_sname != nullptr) {
     const report::Arg args[] = {info.dli_sname, target - reinterpret_cast<uintptr_t>(info.dli_saddr)};
     report::format(buf, size, "%s+%x", args, 2);
