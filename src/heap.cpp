@@ -1,9 +1,9 @@
 #include "heap.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
-#include <numeric>
 #include <new>
 
 #include "alloc.h"
@@ -28,8 +28,10 @@ __thread Heap* t_heap = &g_empty_heap;
 namespace {
 
 // Carving writes at most this many bytes of fresh blocks at a time, so a
-// slab's memory is touched only as it is used.
-constexpr size_t kCarveBytes = 4096;
+// slab's memory is touched only as it is used. Secure mode carves one page
+// per shuffle run (carve_shuffled).
+constexpr size_t kShuffleRuns = 4;
+constexpr size_t kCarveBytes = secure::kEnabled ? kShuffleRuns * kOsPageSize : kOsPageSize;
 
 // Each class's first granule in a direct table whose granules map to
 // `granule_class` (kDirectSlots for a class none maps to), for keeping
@@ -113,6 +115,67 @@ void partial_remove(Heap* heap, Page* page) {
   page->set_state(SlabState::kDetached);
 }
 
+// Secure mode's carve: the batch is cut into kShuffleRuns runs of
+// consecutive blocks, about a page each, and each next block of the list
+// is the head of a run picked at random (the next non-empty run from there
+// when it is empty). Every pick is a fresh random number, so the addresses
+// handed out so far do not tell the next one: it is one of up to four. (A
+// random stride through the batch, used before, was known after two.) Each
+// run is walked forward within its own page, a stream the processor's
+// prefetcher follows page by page; with eight runs, or four runs within one
+// page, a program walking its blocks in allocation order outran the
+// prefetcher's streams (rbstress-1, full size: 1.9x the default build's
+// time with the stride, 1.5x with four page runs, 1.7x with six, 1.6x with
+// four half-page runs; 1.2x unshuffled). Returns the batch's first block,
+// linked in front of the slab's free list.
+FreeBlock* carve_shuffled(Page* page, uintptr_t first, size_t count, size_t size) {
+  unsigned runs = static_cast<unsigned>(count < kShuffleRuns ? count : kShuffleRuns);
+  std::array<uintptr_t, kShuffleRuns> head{};
+  std::array<uintptr_t, kShuffleRuns> end{};
+  for (unsigned j = 0; j < runs; ++j) {
+    head[j] = first + (count * j / runs) * size;
+    end[j] = first + (count * (j + 1) / runs) * size;
+  }
+  uint32_t nonempty = (uint32_t{1} << runs) - 1;
+  uintptr_t marker_secret = secure::g_secrets.marker;
+  bool canary_in_tail = !canary_is_marker_word(page);
+  FreeBlock* list = nullptr;
+  FreeBlock* tail = nullptr;
+  uint64_t random = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (i % 8 == 0) random = secure::next_random();
+    unsigned pick = static_cast<unsigned>(((random & 0xff) * runs) >> 8);
+    random >>= 8;
+    uint32_t rotated = (nonempty >> pick) | (nonempty << (runs - pick));
+    unsigned j = (pick + static_cast<unsigned>(std::countr_zero(rotated))) % runs;
+    auto* block = reinterpret_cast<FreeBlock*>(head[j]);
+    head[j] += size;
+    if (head[j] == end[j]) nonempty &= ~(uint32_t{1} << j);
+    block->marker = XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0;
+    if (canary_in_tail) write_canary(page, block);
+    if (tail != nullptr) set_next_free(page, tail, block);
+    else list = block;
+    tail = block;
+  }
+  set_next_free(page, tail, page->free);
+  return list;
+}
+
+// The default carve: the batch linked back to front, so the list runs in
+// address order. Returns its first block, linked in front of the slab's
+// free list.
+FreeBlock* carve_in_order(Page* page, uintptr_t first, size_t count, size_t size) {
+  FreeBlock* next = page->free;
+  uintptr_t marker_secret = secure::g_secrets.marker;
+  for (uintptr_t address = first + (count - 1) * size;; address -= size) {
+    auto* block = reinterpret_cast<FreeBlock*>(address);
+    *block = FreeBlock{next, XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
+    next = block;
+    if (address == first) break;
+  }
+  return next;
+}
+
 void slab_carve(Page* page) {
   size_t size = page->block_size();
   size_t count = kCarveBytes / size;
@@ -121,41 +184,7 @@ void slab_carve(Page* page) {
   size_t left_bytes = size_t{page->capacity()} * size - carved;
   if (count * size > left_bytes) count = left_bytes / size;
   uintptr_t first = page->start + carved;
-  FreeBlock* next = page->free;
-  uintptr_t marker_secret = secure::g_secrets.marker;
-  // Link back to front so the list runs in address order; secure mode
-  // shuffles the batch (a random cyclic shift of a random stride) so the
-  // address of the next block cannot be predicted.
-  if (!secure::kEnabled) {
-    for (uintptr_t address = first + (count - 1) * size;; address -= size) {
-      auto* block = reinterpret_cast<FreeBlock*>(address);
-      *block = FreeBlock{next, XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
-      next = block;
-      if (address == first) break;
-    }
-  } else {
-    uint64_t r = secure::next_random();
-    size_t shift = static_cast<size_t>(r % count);
-    size_t stride = 1;
-    while (count > 1) {
-      stride = 1 + static_cast<size_t>((r >> 20) % count);
-      if (std::gcd(stride, count) == 1) break;
-      r = r * 6364136223846793005ull + 1442695040888963407ull;
-    }
-    // Block i of the batch's order is (i * stride + shift) % count;
-    // stepping i down by one subtracts stride (below count), with no
-    // division.
-    size_t index = ((count - 1) * stride + shift) % count;
-    bool canary_in_tail = !canary_is_marker_word(page);
-    for (size_t i = count; i-- > 0;) {
-      auto* block = reinterpret_cast<FreeBlock*>(first + index * size);
-      *block = FreeBlock{encode_link(page, next), XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
-      if (canary_in_tail) write_canary(page, block);
-      next = block;
-      index = index >= stride ? index - stride : index + count - stride;
-    }
-  }
-  page->free = next;
+  page->free = secure::kEnabled ? carve_shuffled(page, first, count, size) : carve_in_order(page, first, count, size);
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }
 
@@ -611,7 +640,7 @@ void quarantine_flush(Heap*) {}
 
 namespace {
 
-constexpr uint64_t kWindowCarveBytes = 4 * kCarveBytes;
+constexpr uint64_t kWindowCarveBytes = 4 * kOsPageSize;
 
 // Takes the longest run of the current slab's free blocks that ends before
 // the class's next sampled byte into the class's window (heap.h).

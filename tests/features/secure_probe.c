@@ -30,7 +30,8 @@
  *                             kept resident for reuse), sleeps a second, writes into
  *                             it: must fault once the purge delay (XALLOC_PURGE_DELAY_MS,
  *                             with XALLOC_BACKGROUND_PURGE=1) has given it back
- *   secure_probe order        200 x malloc(64): prints how many consecutive pairs ascend
+ *   secure_probe order        200 x malloc(56): prints how many consecutive pairs ascend,
+ *                             and how many steps between addresses repeat the one before
  *   secure_probe reuse        a freed block is not handed out again by the next 100 mallocs
  *   secure_probe delay        4000 times: a random number of 64-byte mallocs and frees (so
  *                             that the next free lands anywhere in the quarantine), then
@@ -234,10 +235,20 @@ static int write_after_free(size_t mib, unsigned wait_ms) {
 static int order(void) {
   enum { kBlocks = 200 };
   void* blocks[kBlocks];
-  for (int i = 0; i < kBlocks; ++i) blocks[i] = malloc(64);
+  /* 56 bytes and the canary's 8 fill a 64-byte block: a page holds 64. */
+  for (int i = 0; i < kBlocks; ++i) blocks[i] = malloc(56);
   int ascending = 0;
   for (int i = 1; i < kBlocks; ++i) ascending += (uintptr_t)blocks[i] > (uintptr_t)blocks[i - 1];
   printf("ascending pairs %d of %d\n", ascending, kBlocks - 1);
+  /* A stride through a page-sized batch would let two addresses tell the
+     next: count the blocks whose step from the one before, modulo a page,
+     repeats the step before it. */
+  int repeats = 0;
+  for (int i = 2; i < kBlocks; ++i) {
+    uintptr_t step = ((uintptr_t)blocks[i] - (uintptr_t)blocks[i - 1]) & 4095;
+    repeats += step == (((uintptr_t)blocks[i - 1] - (uintptr_t)blocks[i - 2]) & 4095);
+  }
+  printf("repeated steps %d of %d\n", repeats, kBlocks - 2);
   for (int i = 0; i < kBlocks; ++i) free(blocks[i]);
   return 0;
 }
