@@ -1,10 +1,12 @@
 #include "emergency_heap.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 
 #include "heap.h"
+#include "platform/os.h"
 
 namespace xalloc::emergency {
 
@@ -15,12 +17,28 @@ constexpr size_t kBufferBytes = 1 << 20;
 // variable of .bss, which the C runtime reads and then writes at exit, on
 // a page of its own - two page faults in every process.)
 alignas(64) char g_buffer[kBufferBytes];
-size_t g_used = 0;  // only the reporting thread bumps it
+std::atomic<size_t> g_used{0};
+std::atomic<uint32_t> g_reporting{0};
 __thread bool t_active = false;
+
+// Two threads that find misuse at once would interleave their reports and
+// share the symbolizer's tables: the first to come reports and aborts the
+// process, and the others wait for that. Not forever: should the first be
+// stuck (on a lock that a waiting thread holds), a waiting thread goes on
+// to report after a while.
+constexpr uint64_t kReporterWaitMs = 2000;
+
+void wait_for_turn_to_report() {
+  if (g_reporting.exchange(1, std::memory_order_acq_rel) == 0) return;
+  uint64_t start = os::monotonic_ms();
+  while (os::monotonic_ms() - start < kReporterWaitMs) os::yield_cpu();
+}
 
 }  // namespace
 
 void enter() {
+  if (t_active) return;
+  wait_for_turn_to_report();
   t_active = true;
   // Every fast path misses on the empty heap, so all allocations of this
   // thread reach the slow paths, which check active().
@@ -39,14 +57,19 @@ void* alloc(size_t size, size_t alignment) {
   if (alignment < 16) alignment = 16;
   // Each block is preceded by its size, for realloc. Aligned as an
   // address: the buffer itself is only 64-byte aligned.
+  // A bump by compare-and-swap: a thread that reports after waiting in
+  // vain may share the buffer with the first.
   auto base = reinterpret_cast<uintptr_t>(g_buffer);
-  size_t start = ((base + g_used + sizeof(size_t) + alignment - 1) & ~(alignment - 1)) - base;
-  if (start + size > kBufferBytes || start + size < start) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  size_t used = g_used.load(std::memory_order_relaxed);
+  size_t start;
+  do {
+    start = ((base + used + sizeof(size_t) + alignment - 1) & ~(alignment - 1)) - base;
+    if (start + size > kBufferBytes || start + size < start) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+  } while (!g_used.compare_exchange_weak(used, start + size, std::memory_order_relaxed));
   memcpy(g_buffer + start - sizeof(size_t), &size, sizeof(size_t));
-  g_used = start + size;
   return g_buffer + start;
 }
 

@@ -14,6 +14,8 @@
 namespace xalloc::emergency {
 
 // The calling thread allocates from the emergency buffer from now on.
+// Only one thread reports: another that calls this meanwhile waits for
+// the report's abort (at most two seconds).
 void enter();
 
 // True while the calling thread is reporting (checked on slow paths only).

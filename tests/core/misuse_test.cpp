@@ -234,6 +234,32 @@ TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
   xalloc_free(keep);
 }
 
+// Threads that find misuse at the same moment: one report, not several
+// interleaved (they would share the emergency buffer and the symbolizer).
+TEST(Misuse, SimultaneousMisuseGivesOneReport) {
+  constexpr int kThreads = 4;
+  auto r = run_in_child([] {
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&ready] {
+        void* p = xalloc_malloc(48);
+        xalloc_free(p);
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        xalloc_free(p);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return 0;
+  });
+  ASSERT_TRUE(r.signaled() && r.signal() == SIGABRT) << r.describe();
+  int reports = 0;
+  for (const std::string& line : xtest::split_lines(r.err)) reports += line.rfind("xalloc: double free of ", 0) == 0;
+  EXPECT_EQ(reports, 1) << r.err;
+}
+
 // A slab whose blocks were all freed goes to the slab pool (src/slab_pool.h)
 // with no owner; a block of it freed again, even after a write over its
 // free marker, is reported at that free.
