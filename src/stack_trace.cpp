@@ -37,12 +37,6 @@ bool resolve(void* lib, const char* name, Fn* out) {
   return *out != nullptr;
 }
 
-// A statically linked program: dladdr knows no object there.
-bool is_static_program() {
-  Dl_info info;
-  return dladdr(reinterpret_cast<const void*>(&is_static_program), &info) == 0;
-}
-
 // Frames of xalloc itself: named as its by libunwind, or found so by
 // is_xalloc_code (its shared object, or its names in the executable).
 bool is_internal_frame(const void* ip, const char* name) {

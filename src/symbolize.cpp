@@ -187,15 +187,23 @@ bool is_xalloc_name(const char* name) {
   return false;
 }
 
-bool is_xalloc_code(const void* address) {
-  Dl_info own;
+bool is_static_program() {
   Dl_info info;
+  return dladdr(reinterpret_cast<const void*>(&is_static_program), &info) == 0;
+}
+
+bool is_xalloc_code(const void* address) {
   // In a statically linked program dladdr knows nothing: decide by name.
-  bool dynamic = dladdr(reinterpret_cast<const void*>(&is_xalloc_code), &own) != 0;
-  if (dynamic && dladdr(address, &info) == 0) return false;
-  // Linked into the executable, xalloc shares it: decide by name too.
-  bool shared = dynamic && own.dli_fname != nullptr && strstr(own.dli_fname, "libxalloc") != nullptr;
-  if (shared) return info.dli_fbase == own.dli_fbase;
+  if (!is_static_program()) {
+    Dl_info own;
+    Dl_info info;
+    if (dladdr(address, &info) == 0) return false;
+    dladdr(reinterpret_cast<const void*>(&is_xalloc_code), &own);
+    // Linked into the executable, xalloc shares it: decide by name too.
+    if (own.dli_fname != nullptr && strstr(own.dli_fname, "libxalloc") != nullptr) {
+      return info.dli_fbase == own.dli_fbase;
+    }
+  }
   char name[256];
   symbolize(address, name, sizeof(name));
   return is_xalloc_name(name);

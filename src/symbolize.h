@@ -27,4 +27,7 @@ bool is_xalloc_code(const void* address);
 // For telling xalloc's frames apart where it shares the executable.
 bool is_xalloc_name(const char* name);
 
+// A statically linked program: dladdr knows no object there.
+bool is_static_program();
+
 }  // namespace xalloc
