@@ -48,6 +48,8 @@ struct Segment {
   // span allocator: a span taken over them soon after tells it that the
   // budget is too tight for the program (span_allocator.cpp).
   uint64_t budget_purged[kSlicesPerSegment / 64];
+  // (A cached huge block: the period its mapping was purged for the budget
+  // in, 0 if it was not: large.cpp.)
   uint32_t budget_purge_epoch;
   Page* page_of_slice[kSlicesPerSegment];
   // On a 128-byte boundary: a descriptor's two lines are then one of the

@@ -67,6 +67,13 @@ class alignas(64) SpanAllocator {
   // Cheap when there is nothing to do: called from slow paths.
   void maybe_purge(uint64_t now_ms);
 
+  // The huge cache's part in the budget's feedback (large.cpp): `bytes`
+  // of a cached mapping purged to keep within the budget, which returns
+  // the review period to keep with the mapping; and such a mapping taken
+  // again, purged in review period `epoch`.
+  uint32_t note_huge_budget_purge(size_t bytes);
+  void note_huge_budget_reuse(uint32_t epoch, size_t bytes);
+
 
   // fork(): the child inherits the state the lock protects.
   void lock_for_fork() { lock_.lock(); }
@@ -101,8 +108,11 @@ class alignas(64) SpanAllocator {
   // because its delay passed.
   size_t purge_span_locked(Page* span, bool for_budget = false);
   // Counts the slices of a span being taken that were purged for the budget
-  // shortly before (the budget's feedback, dirty_budget_bytes).
-  void note_reuse_locked(Segment* segment, size_t first, size_t count);
+  // shortly before, or stand in for such slices (the budget's feedback,
+  // dirty_budget_bytes).
+  void note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean);
+  bool purged_memory_comes_back_locked() const;
+  void boost_if_purged_memory_comes_back_locked();
   void review_budget_locked(uint64_t now_ms);
   void end_budget_boost_locked();
   size_t recent_peak_in_use_locked() const;

@@ -276,6 +276,29 @@ static int reuse_rounds(int print) {
 
 static int reuse(void) { return reuse_rounds(1); }
 
+/* --- taken_again ---------------------------------------------------------------- */
+
+/* Rounds of `count` blocks of about `mib` MiB written, freed and at once
+ * allocated again, a page larger each round, as a program that needs big
+ * buffers per request or per file does; page faults per round. */
+static int taken_again(size_t mib, int count) {
+  enum { kRounds = 12, kMaxBlocks = 16 };
+  if (count > kMaxBlocks) return 1;
+  void* blocks[kMaxBlocks];
+  for (int round = 0; round < kRounds; ++round) {
+    long before = minor_faults();
+    for (int i = 0; i < count; ++i) {
+      size_t bytes = (mib << 20) + (size_t)(i + round) * 4096;
+      blocks[i] = malloc(bytes);
+      if (blocks[i] == NULL) return 1;
+      memset(blocks[i], round, bytes);
+    }
+    for (int i = 0; i < count; ++i) free(blocks[i]);
+    printf("round=%d faults=%ld\n", round, minor_faults() - before);
+  }
+  return 0;
+}
+
 /* --- shrink --------------------------------------------------------------------- */
 
 static int shrink(void) {
@@ -398,6 +421,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "idle") == 0) return idle();
   if (strcmp(mode, "churn") == 0 && argc == 3) return churn(strtoul(argv[2], NULL, 10));
   if (strcmp(mode, "reuse") == 0) return reuse();
+  if (strcmp(mode, "taken_again") == 0 && argc == 4) return taken_again(strtoul(argv[2], NULL, 10), atoi(argv[3]));
   if (strcmp(mode, "shrink") == 0) return shrink();
   if (strcmp(mode, "young") == 0) return young();
   if (strcmp(mode, "stalled") == 0) return stalled();
