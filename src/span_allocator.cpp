@@ -188,7 +188,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   Segment* segment = segment_of_page(free_span);
   size_t first = segment->slice_index(free_span);
   size_t total = free_span->slice_count;
-  freed_since_take_spans_ = 0;
+  note_take_locked(slices);
   // Taken from the front, so that a large block can later grow in place.
   if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
 
@@ -296,8 +296,11 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   // slabs pass through the slab pool: malloc_large frees one block of up
   // to 25 MiB before each allocation, realloc_growth one or two of up to 4
   // MiB.)
-  bool shrinking =
-      freed_since_take_spans_ >= kShrinkingSpans && recent_peak_in_use_locked() > in_use + kBurstSlack;
+  bool shrinking = false;
+  if (freed_since_take_spans_ >= kShrinkingSpans) {
+    size_t recent_peak = recent_peak_in_use_locked();
+    shrinking = recent_peak > in_use + kBurstSlack && !shrink_is_a_cycle_locked(now, recent_peak);
+  }
   if (shrinking) end_budget_boost_locked();
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t allowance_bytes = dirty_allowance_bytes_locked(now);
@@ -321,6 +324,35 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   }
 }
 
+void SpanAllocator::note_take_locked(size_t slices) {
+  freed_since_take_spans_ = 0;
+  in_shrink_episode_ = false;
+  taken_since_shrink_ += slices << kSliceShift;
+}
+
+// A program that drops its memory and builds it up again within the delay,
+// over and over (a batch of big buffers per request or per item, freed
+// together), is churning, not shrinking: it will take the memory back, and
+// purged, every page of it would be faulted in again at every turn (16
+// blocks of 4 MiB written, freed and taken again: 30 turns took 1.5 s,
+// against 0.13 s keeping them). The first free that looks like shrinking
+// decides for the whole run of frees up to the next take (an episode): a
+// cycle when, since the episode before, within the delay, the program took
+// back at least half of the peak it then fell from. The first episode is a
+// shrink. A cycle keeps its boost and the burst rule (twice the budget and
+// allowance), so memory it holds at the end of its last turn is bounded
+// and goes back at the next call or with the background purger.
+bool SpanAllocator::shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak) {
+  if (in_shrink_episode_) return episode_is_cycle_;
+  in_shrink_episode_ = true;
+  episode_is_cycle_ = last_shrink_ms_ != 0 && now_ms < last_shrink_ms_ + g_options.purge_delay_ms &&
+                      taken_since_shrink_ * 2 >= last_shrink_peak_;
+  last_shrink_ms_ = now_ms;
+  last_shrink_peak_ = recent_peak;
+  taken_since_shrink_ = 0;
+  return episode_is_cycle_;
+}
+
 bool SpanAllocator::try_grow(Page* span, size_t slices) {
   Segment* segment = segment_of_page(span);
   size_t first = segment->slice_index(span);
@@ -332,7 +364,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   size_t extra = slices - span->slice_count;
   if (after->slice_count < extra) return false;
   remove_free(after);
-  freed_since_take_spans_ = 0;
+  note_take_locked(extra);
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`

@@ -111,6 +111,8 @@ class alignas(64) SpanAllocator {
   // shortly before, or stand in for such slices (the budget's feedback,
   // dirty_budget_bytes).
   void note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean);
+  void note_take_locked(size_t slices);
+  bool shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak);
   bool purged_memory_comes_back_locked() const;
   void boost_if_purged_memory_comes_back_locked();
   void review_budget_locked(uint64_t now_ms);
@@ -153,6 +155,14 @@ class alignas(64) SpanAllocator {
   size_t peak_dirty_free_slices_ = 0;
   unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
   size_t freed_since_take_spans_ = 0;  // spans released since one was last taken
+  // Shrink episodes (shrink_is_a_cycle_locked): whether frees are in one
+  // and what it was found to be; when the last one began, the recent peak
+  // of memory in use it fell from, and the bytes taken since.
+  bool in_shrink_episode_ = false;
+  bool episode_is_cycle_ = false;
+  uint64_t last_shrink_ms_ = 0;
+  size_t last_shrink_peak_ = 0;
+  size_t taken_since_shrink_ = 0;
   // The most memory in use (slabs and large blocks) seen in each of the
   // last kPeakPeriods review periods (a whole delay), this one's at
   // peak_period_; and the live bytes counted last, the memory in use then,
