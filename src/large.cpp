@@ -208,7 +208,7 @@ void cache_unlink(Segment* segment) {
 // delay passed. Such a mapping taken again soon after is evidence for the
 // budget's feedback (span_allocator.cpp): a program that frees a 24 MiB
 // buffer and takes it again in a loop faulted every page of it in again at
-// every turn, 20 times the time it takes with the memory kept.
+// every turn, 25 times the time it takes with the memory kept.
 void cache_purge_locked(Segment* s, bool for_budget) {
   os::purge(reinterpret_cast<void*>(s->base() + kHugeHeader), s->mapping_size - kHugeHeader);
   s->huge_purged = 1;

@@ -334,7 +334,7 @@ void SpanAllocator::note_take_locked(size_t slices) {
 // over and over (a batch of big buffers per request or per item, freed
 // together), is churning, not shrinking: it will take the memory back, and
 // purged, every page of it would be faulted in again at every turn (16
-// blocks of 4 MiB written, freed and taken again: 30 turns took 1.5 s,
+// blocks of 4 MiB written, freed and taken again: 30 turns took 1.1-1.6 s,
 // against 0.13 s keeping them). The first free that looks like shrinking
 // decides for the whole run of frees up to the next take (an episode): a
 // cycle when, since the episode before, within the delay, the program took

@@ -798,6 +798,17 @@ TEST(Memory, ThreadChurnDoesNotGrowRss) {
               v["after_all_trimmed_kib"]);
 }
 
+// Page faults of each round (`round=N faults=F` lines of memory_probe.c).
+std::vector<double> faults_per_round(const std::string& out) {
+  std::vector<double> faults;
+  for (int round = 0;; ++round) {
+    std::string line = line_starting(out, "round=" + std::to_string(round) + " ");
+    if (line.empty()) break;
+    faults.push_back(std::atof(line.c_str() + line.find("faults=") + 7));
+  }
+  return faults;
+}
+
 TEST(Memory, MemoryTakenBackSoonIsNotPurgedOverAndOver) {
   // Twelve 1 MiB blocks written, freed and taken again every 60 ms: more
   // than the dirty budget's 4 MiB floor, so at first the excess is purged
@@ -806,12 +817,7 @@ TEST(Memory, MemoryTakenBackSoonIsNotPurgedOverAndOver) {
   // rounds fault in (almost) nothing.
   Outcome r = run_program({XTEST_MEMORY_PROBE, "reuse"}, {}, 60);
   ASSERT_TRUE(r.exited_ok()) << r.describe();
-  std::vector<double> faults;
-  for (int round = 0;; ++round) {
-    std::string line = line_starting(r.out, "round=" + std::to_string(round) + " ");
-    if (line.empty()) break;
-    faults.push_back(std::atof(line.c_str() + line.find("faults=") + 7));
-  }
+  std::vector<double> faults = faults_per_round(r.out);
   ASSERT_EQ(faults.size(), 20u) << r.out;
   constexpr double kPagesPerRound = 12 * 256;
   std::vector<double> last(faults.end() - 5, faults.end());
@@ -821,17 +827,6 @@ TEST(Memory, MemoryTakenBackSoonIsNotPurgedOverAndOver) {
   std::printf("page faults per round:");
   for (double f : faults) std::printf(" %.0f", f);
   std::printf("\n");
-}
-
-// Page faults of each round of `taken_again` (memory_probe.c).
-std::vector<double> faults_per_round(const std::string& out) {
-  std::vector<double> faults;
-  for (int round = 0;; ++round) {
-    std::string line = line_starting(out, "round=" + std::to_string(round) + " ");
-    if (line.empty()) break;
-    faults.push_back(std::atof(line.c_str() + line.find("faults=") + 7));
-  }
-  return faults;
 }
 
 // Blocks of `mib` MiB, `count` at a time, written, freed and taken again at
