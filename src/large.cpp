@@ -232,9 +232,11 @@ Segment* cache_take(size_t mapping) {
   if (best != nullptr) {
     cache_unlink(best);
     g_huge_unreused_bytes = 0;
-    if (best->huge_purged && best->budget_purge_epoch != 0)
+    // (Only a mapping purged for the budget has a period: cache_purge_locked.)
+    if (best->budget_purge_epoch != 0) {
       g_spans.note_huge_budget_reuse(best->budget_purge_epoch, best->mapping_size);
-    best->budget_purge_epoch = 0;
+      best->budget_purge_epoch = 0;
+    }
   }
   return best;
 }
