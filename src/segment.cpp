@@ -1,12 +1,26 @@
 #include "segment.h"
 
-#include <bit>
 #include <cstring>
 
 #include "platform/os.h"
 #include "stats.h"
 
 namespace xalloc {
+
+namespace {
+
+// Set bits of `word`. x86-64's baseline has no popcnt instruction, and
+// std::popcount without it is a call into libgcc that costs about twenty
+// instructions; the span allocator counts a segment's dirty slices a few
+// words at a time on every large allocation and free.
+inline size_t count_bits(uint64_t word) {
+  word -= (word >> 1) & 0x5555555555555555;
+  word = (word & 0x3333333333333333) + ((word >> 2) & 0x3333333333333333);
+  word = (word + (word >> 4)) & 0x0f0f0f0f0f0f0f0f;
+  return static_cast<size_t>((word * 0x0101010101010101) >> 56);
+}
+
+}  // namespace
 
 // 4 MiB of .bss: only the pages covering used granules ever become resident.
 uint8_t g_segment_map[kSegmentMapEntries];
@@ -48,7 +62,7 @@ void segment_destroy(Segment* segment) {
   size_t size = segment->mapping_size;
   if (segment->kind == SegmentKind::kNormal) {
     size_t dirty = 0;
-    for (uint64_t word : segment->dirty) dirty += static_cast<size_t>(__builtin_popcountll(word));
+    for (uint64_t word : segment->dirty) dirty += count_bits(word);
     stats::sub(stats::g_global.committed, dirty << kSliceShift);
   }
   segment_map_set(segment->base(), size, false);
@@ -68,13 +82,15 @@ namespace {
 
 inline bool dirty_bit(const Segment* s, size_t i) { return (s->dirty[i / 64] >> (i % 64)) & 1; }
 
-// The bits of slice bitmap word `word` that lie in [first, end).
-uint64_t range_mask(size_t word, size_t first, size_t end) {
-  uint64_t mask = ~uint64_t{0};
-  size_t lo = word * 64;
-  if (first > lo) mask &= ~uint64_t{0} << (first - lo);
-  if (end < lo + 64) mask &= (uint64_t{1} << (end - lo)) - 1;
-  return mask;
+// Calls fn(word, mask) for each word of a slice bitmap that holds bits of
+// the slices [first, first + count), `mask` selecting those bits.
+template <typename Fn>
+inline void for_each_range_word(size_t first, size_t count, Fn&& fn) {
+  if (count == 0) return;
+  size_t last = (first + count - 1) / 64;
+  uint64_t mask = ~uint64_t{0} << (first % 64);
+  for (size_t word = first / 64; word < last; ++word, mask = ~uint64_t{0}) fn(word, mask);
+  fn(last, mask & (~uint64_t{0} >> (63 - (first + count - 1) % 64)));
 }
 
 // Budget-purge marks (Segment::budget_purged) of a period before the last
@@ -89,36 +105,30 @@ void forget_stale_budget_purges(Segment* segment, uint32_t epoch) {
 void note_budget_purge(Segment* segment, size_t first, size_t count, uint32_t epoch) {
   forget_stale_budget_purges(segment, epoch);
   segment->budget_purge_epoch = epoch;
-  size_t end = first + count;
-  for (size_t word = first / 64; word * 64 < end; ++word) segment->budget_purged[word] |= range_mask(word, first, end);
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) { segment->budget_purged[word] |= mask; });
 }
 
 }  // namespace
 
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) {
-  for (size_t i = first; i < first + count; ++i) {
-    if (dirty_bit(segment, i)) return false;
-  }
-  return true;
+  uint64_t dirty = 0;
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) { dirty |= segment->dirty[word] & mask; });
+  return dirty == 0;
 }
 
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count) {
   size_t dirty = 0;
-  size_t end = first + count;
-  for (size_t word = first / 64; word * 64 < end; ++word)
-    dirty += static_cast<size_t>(std::popcount(segment->dirty[word] & range_mask(word, first, end)));
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) { dirty += count_bits(segment->dirty[word] & mask); });
   return dirty;
 }
 
 size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   size_t newly = 0;
-  for (size_t i = first; i < first + count; ++i) {
-    if (!dirty_bit(segment, i)) {
-      segment->dirty[i / 64] |= uint64_t{1} << (i % 64);
-      ++newly;
-    }
-  }
-  stats::add(stats::g_global.committed, newly << kSliceShift);
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) {
+    newly += count_bits(~segment->dirty[word] & mask);
+    segment->dirty[word] |= mask;
+  });
+  if (newly != 0) stats::add(stats::g_global.committed, newly << kSliceShift);
   return newly;
 }
 
@@ -150,12 +160,10 @@ size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_
 size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch) {
   forget_stale_budget_purges(segment, epoch);
   size_t taken = 0;
-  size_t end = first + count;
-  for (size_t word = first / 64; word * 64 < end; ++word) {
-    uint64_t mask = range_mask(word, first, end);
-    taken += static_cast<size_t>(std::popcount(segment->budget_purged[word] & mask));
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) {
+    taken += count_bits(segment->budget_purged[word] & mask);
     segment->budget_purged[word] &= ~mask;
-  }
+  });
   return taken;
 }
 
