@@ -305,6 +305,29 @@ TEST(KeptSpans, FreedLargeBlockServesTheNextOfItsLength) {
   xalloc_free(small);
 }
 
+// A kept span serves a block up to an eighth shorter; not a longer block,
+// nor a much shorter one.
+TEST(KeptSpans, SpanServesABlockAFewSlicesShorter) {
+  void* small = xalloc_malloc(10);
+  xalloc_trim(0);
+  void* nine = xalloc_malloc(9 * kSlice - 4096);
+  ASSERT_NE(nine, nullptr);
+  xalloc_free(nine);
+  void* eight = xalloc_malloc(8 * kSlice);
+  EXPECT_EQ(eight, nine) << "a kept span of nine slices did not serve eight";
+  EXPECT_EQ(xalloc_usable_size(eight), 8 * kSlice);
+  xalloc_free(eight);
+  void* ten = xalloc_malloc(10 * kSlice);
+  EXPECT_NE(ten, nine) << "a kept span served a longer block";
+  void* four = xalloc_malloc(4 * kSlice);
+  EXPECT_NE(four, nine) << "a kept span twice the length served the block";
+  void* again = xalloc_malloc(9 * kSlice - 4096);
+  EXPECT_EQ(again, nine);
+  for (void* p : {ten, four, again}) xalloc_free(p);
+  xalloc_trim(0);
+  xalloc_free(small);
+}
+
 // A thread whose only blocks are large has no heap until it frees one: it
 // gets a heap then, and keeps the span as any thread does.
 TEST(KeptSpans, ThreadWithOnlyLargeBlocksKeepsItsSpans) {
@@ -375,11 +398,13 @@ TEST(KeptSpans, BudgetBoundsWhatAHeapKeeps) {
     xtest::touch_pages(p, kSize, 1);
   }
   for (void* p : blocks) xalloc_free(p);
-  // The kept two come back (newest first); the third was not kept.
+  // The last two freed come back (newest first); the first went back to
+  // make room for the third.
+  EXPECT_FALSE(span_kept(blocks[0]));
   void* again[3];
   for (void*& p : again) p = xalloc_malloc(kSize);
-  EXPECT_EQ(again[0], blocks[1]);
-  EXPECT_EQ(again[1], blocks[0]);
+  EXPECT_EQ(again[0], blocks[2]);
+  EXPECT_EQ(again[1], blocks[1]);
   for (void* p : again) xalloc_free(p);
   xalloc_trim(0);
   EXPECT_EQ(stats().large_in_use, before.large_in_use);
