@@ -21,6 +21,12 @@ void unmap(void* addr, size_t size);
 // Gives the physical pages back; the range stays mapped and reads as zero.
 void purge(void* addr, size_t size);
 
+// Fills `residency` with one byte per page of [addr, addr + size) (page
+// aligned, at most kResidencyPages pages), bit 0 set where the page is
+// resident. False if the kernel refuses.
+constexpr size_t kResidencyPages = 2048;
+bool page_residency(const void* addr, size_t size, uint8_t* residency);
+
 // Resizes a mapping in place (no move). Returns false if it cannot.
 bool remap_in_place(void* addr, size_t old_size, size_t new_size);
 // Moves a mapping to `target` (which must be a mapping of new_size bytes

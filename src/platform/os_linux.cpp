@@ -93,6 +93,11 @@ void purge(void* addr, size_t size) {
   if (size != 0) raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_DONTNEED);
 }
 
+bool page_residency(const void* addr, size_t size, uint8_t* residency) {
+  return !failed(raw_syscall(SYS_mincore, reinterpret_cast<long>(addr), static_cast<long>(size),
+                             reinterpret_cast<long>(residency)));
+}
+
 bool remap_in_place(void* addr, size_t old_size, size_t new_size) {
   long ret = raw_syscall(SYS_mremap, reinterpret_cast<long>(addr), static_cast<long>(old_size),
                          static_cast<long>(new_size), 0);

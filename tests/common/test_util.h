@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -130,6 +131,15 @@ inline bool all_zero(const void* p, size_t n) {
     if (b[i] != 0) return false;
   }
   return true;
+}
+
+// Pages of [p, p + n) resident now (p page-aligned), by mincore.
+inline size_t resident_pages(const void* p, size_t n) {
+  std::vector<unsigned char> residency((n + 4095) / 4096);
+  if (mincore(const_cast<void*>(p), n, residency.data()) != 0) return 0;
+  size_t resident = 0;
+  for (unsigned char page : residency) resident += page & 1;
+  return resident;
 }
 
 // "0x7f..." exactly as xalloc's reports (and glibc's %p) print a pointer.

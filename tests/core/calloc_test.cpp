@@ -1,6 +1,7 @@
 // calloc returns zeroed memory, also when it reuses blocks that were
 // dirtied and freed (small, large and huge).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cerrno>
@@ -63,6 +64,37 @@ TEST(Calloc, HugeBlocksAreZeroedOnReuse) {
   for (size_t size : {(size_t{16} << 20) + 1, size_t{20} << 20, size_t{48} << 20}) {
     EXPECT_GT(dirty_free_calloc(size, 2), 0u) << size;
   }
+}
+
+// A reused block of 8 MiB or more is zeroed page group by page group: the
+// mostly resident parts are written, the rest given back (read as zero),
+// so a big zeroed table of which a program touched a few pages does not
+// become resident whole.
+TEST(Calloc, ReusedBigBlockIsZeroedWithoutFaultingInWhatWasNotResident) {
+  for (size_t size : {size_t{12} << 20, size_t{48} << 20}) {
+    constexpr size_t kPage = 4096;
+    auto* p = static_cast<unsigned char*>(xalloc_malloc(size));
+    ASSERT_NE(p, nullptr);
+    // The first quarter dirty throughout, the rest one byte per 256 KiB
+    // (the program gives the pages back itself, whatever the block held).
+    std::memset(p, 0xA5, size);
+    ASSERT_EQ(madvise(p + size / 4, size - size / 4, MADV_DONTNEED), 0);
+    for (size_t at = size / 4; at < size; at += 256 * 1024) p[at + 100] = 0xA5;
+    xalloc_free(p);
+    // (Freed memory beyond the dirty budget may have been given back
+    // already; a cached huge block keeps its pages.)
+    size_t resident_when_freed = xtest::resident_pages(p, size);
+    auto* z = static_cast<unsigned char*>(xalloc_calloc(1, size));
+    ASSERT_EQ(z, p) << "the block was not reused: the test proves nothing";
+    size_t resident = xtest::resident_pages(z, size);
+    EXPECT_TRUE(xtest::all_zero(z, size)) << "calloc(" << size << ") returned dirty memory";
+    if (resident_when_freed >= size / 4 / kPage) {
+      EXPECT_GE(resident, size / 4 / kPage) << "the dirty quarter should have been written, not given back";
+    }
+    EXPECT_LT(resident, size / 2 / kPage) << "calloc made the sparse part resident: " << resident << " pages";
+    xalloc_free(z);
+  }
+  xalloc_trim(0);
 }
 
 TEST(Calloc, ReuseAfterRealloc) {
