@@ -142,9 +142,29 @@ constexpr unsigned class_of(size_t size) {
   return size <= kMaxSmallSize ? kGranuleClass[granule_of(size)] : medium_class_of(size);
 }
 
+// By alignment shift (alignment 2^shift) and class: the smallest class at
+// least as large whose size is a multiple of the alignment; kNumClasses if
+// none.
+constexpr unsigned kAlignmentShifts = std::bit_width(kMaxSlabAlignment);
+constexpr auto kAlignedClass = [] {
+  std::array<std::array<uint8_t, kNumClasses>, kAlignmentShifts> table{};
+  for (unsigned shift = 0; shift < kAlignmentShifts; ++shift) {
+    for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+      unsigned aligned = cls;
+      while (aligned < kNumClasses && class_size_of(aligned) % (size_t{1} << shift) != 0) ++aligned;
+      table[shift][cls] = static_cast<uint8_t>(aligned);
+    }
+  }
+  return table;
+}();
+
 // The smallest class whose blocks are all aligned to `alignment` (a power of
-// two, at most kMaxSlabAlignment) and hold `size` bytes; kNumClasses if none.
-unsigned aligned_class_of(size_t size, size_t alignment);
+// two, at most kMaxSlabAlignment) and hold `size` bytes (at most
+// kMaxSlabSize); kNumClasses if none. Two table lookups: C++ types aligned
+// to a cache line come through here on every `new`.
+constexpr unsigned aligned_class_of(size_t size, size_t alignment) {
+  return kAlignedClass[std::countr_zero(alignment)][class_of(size < alignment ? alignment : size)];
+}
 
 static_assert(class_size_of(kNumClasses - 1) == kMaxSlabSize);
 static_assert(class_of_computed(kMaxSlabSize) == kNumClasses - 1);
