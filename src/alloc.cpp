@@ -240,6 +240,19 @@ void* alloc_aligned(size_t size, size_t alignment) {
   return huge_alloc(size, alignment, false);
 }
 
+namespace {
+
+// Out of line, so that realloc's in-place cases need no stack frame.
+XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size, Caller caller) {
+  void* moved = alloc(size);
+  if (moved == nullptr) return nullptr;
+  memcpy(moved, ptr, size < old_size ? size : old_size);
+  free(ptr, caller);
+  return moved;
+}
+
+}  // namespace
+
 void* realloc(void* ptr, size_t size, Caller caller) {
   if (ptr == nullptr) return alloc(size);
   if (size == 0) {
@@ -259,20 +272,17 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   Page* page = page_of(segment, address);
   switch (page->kind()) {
     case PageKind::kSlab: {
-      if (!is_block_start(page, address))
-        report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
-      if (!is_carved_block_start(page, address, page->carved_limit_now()))
+      if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_limit_now()))) {
+        if (!is_block_start(page, address))
+          report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
         report_misuse("invalid realloc (pointer into free memory)", ptr, page->block_size(), caller);
+      }
       if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(static_cast<FreeBlock*>(ptr)))
         report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
       size_t old_size = page->block_size() - secure::kCanaryBytes;
       // Stay in place unless the block would be less than half used.
       if (size <= old_size && (size > old_size / 2 || old_size <= 16)) return ptr;
-      void* moved = alloc(size);
-      if (moved == nullptr) return nullptr;
-      memcpy(moved, ptr, size < old_size ? size : old_size);
-      free(ptr, caller);
-      return moved;
+      return realloc_by_moving(ptr, old_size, size, caller);
     }
     case PageKind::kLarge:
       if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);

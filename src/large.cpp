@@ -401,8 +401,9 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
       // Shrinking: keep the span unless half of it would be idle.
       if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
       if (guard_moves) guard_after(page, page->start + usable);
-      stats::add(stats::g_global.large_in_use, usable);
-      stats::sub(stats::g_global.large_in_use, old_usable);
+      // (A shared counter: no atomic update for a realloc within the page.)
+      if (usable > old_usable) stats::add(stats::g_global.large_in_use, usable - old_usable);
+      if (usable < old_usable) stats::sub(stats::g_global.large_in_use, old_usable - usable);
       page->large_usable = usable;
       if (XALLOC_UNLIKELY(page->sampled)) prof::resized(page, size);
       return ptr;
