@@ -117,8 +117,14 @@ bool segment_range_is_clean(const Segment* segment, size_t first, size_t count) 
 }
 
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count) {
+  // Free spans run to hundreds of slices, mostly all dirty or all clean:
+  // whole words of either are counted without the bit count.
   size_t dirty = 0;
-  for_each_range_word(first, count, [&](size_t word, uint64_t mask) { dirty += count_bits(segment->dirty[word] & mask); });
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) {
+    uint64_t bits = segment->dirty[word] & mask;
+    if (bits == ~uint64_t{0}) dirty += 64;
+    else if (bits != 0) dirty += count_bits(bits);
+  });
   return dirty;
 }
 

@@ -223,14 +223,13 @@ Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   return allocate_locked(slices, kind, is_zero);
 }
 
-void SpanAllocator::release_locked(Page* span, uint64_t idle_ms) {
+void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
   Segment* segment = segment_of_page(span);
   size_t first = segment->slice_index(span);
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
   if (dirty_free_slices_ > peak_dirty_free_slices_) peak_dirty_free_slices_ = dirty_free_slices_;
-  uint64_t now = os::monotonic_ms();
   uint64_t freed_at = now > idle_ms ? now - idle_ms : 0;
   mark_absorbed(span);  // its slices still map to it
 
@@ -284,7 +283,7 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   size_t in_use = stats::in_use_bytes();
   note_in_use_locked(in_use + span->span_bytes());
   ++freed_since_take_spans_;
-  release_locked(span, idle_ms);
+  release_locked(span, now, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
   // The boost keeps memory for a program that takes back what it frees.
   // One whose memory in use falls this far, span after span with none
@@ -389,7 +388,7 @@ void SpanAllocator::shrink(Page* span, size_t slices) {
   tail->slice_count = static_cast<uint16_t>(tail_count) & 0xfff;
   tail->set_kind(PageKind::kLarge);
   map_slices(segment, tail_first, tail_count, tail);
-  release_locked(tail);
+  release_locked(tail, os::monotonic_ms());
 }
 
 Page* SpanAllocator::trim_front(Page* span, size_t slices) {
@@ -404,7 +403,7 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   map_slices(segment, first + slices, rest->slice_count, rest);
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   span->set_kind(PageKind::kLarge);
-  release_locked(span);
+  release_locked(span, os::monotonic_ms());
   return rest;
 }
 
@@ -468,14 +467,15 @@ void SpanAllocator::note_huge_budget_reuse(uint32_t epoch, size_t bytes) {
 // delay is purged whatever the allowance.
 size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
   size_t budget = dirty_budget_bytes();
-  size_t in_use = stats::in_use_bytes();
-  size_t peak = recent_peak_in_use_locked();
   // Only free memory beyond the budget needs the rest, which walks every
   // span: once a review period, or sooner when memory in use moved by a
   // sixteenth since the last walk (in a burst of frees, live data falls
   // far faster than memory in use, which counts a slab until it empties),
   // so the walks of one burst cost a few times one walk of its peak.
-  if (dirty_free_slices_ <= budget >> kSliceShift || peak == in_use) return budget;
+  if (dirty_free_slices_ <= budget >> kSliceShift) return budget;
+  size_t in_use = stats::in_use_bytes();
+  size_t peak = recent_peak_in_use_locked();
+  if (peak == in_use) return budget;
   size_t moved = in_use > live_counted_in_use_ ? in_use - live_counted_in_use_ : live_counted_in_use_ - in_use;
   if (now_ms >= next_live_count_ms_ || moved > live_counted_in_use_ / 16) {
     live_bytes_ = live_bytes_locked();

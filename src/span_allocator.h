@@ -101,7 +101,8 @@ class alignas(64) SpanAllocator {
   enum class Map { kEnds, kRest };
   void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map);
   void remove_free(Page* span);
-  void release_locked(Page* span, uint64_t idle_ms = 0);
+  // `now_ms`: os::monotonic_ms() (the caller may have it already).
+  void release_locked(Page* span, uint64_t now_ms, uint64_t idle_ms = 0);
   Segment* add_segment_locked(Segment* segment);
   size_t purge_locked(bool force, uint64_t now_ms);
   // `for_budget`: purged only to keep within the dirty budget, not
