@@ -164,6 +164,11 @@ struct alignas(64) Heap {
   // Set by a heap that borrows from this one's inbox (borrow.h): the next
   // refills that would borrow make slabs instead, counting it down.
   std::atomic<uint32_t> borrow_pause;
+  // Spans of large blocks this heap's thread allocated and other threads
+  // freed, handed back for its next large blocks (large.cpp): a stack
+  // linked through Page::next, and the slices on it.
+  std::atomic<Page*> returned_spans;
+  std::atomic<uint32_t> returned_slices;
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).
@@ -180,7 +185,7 @@ constexpr Heap::Heap(EmptyTag)
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
-      drain_requested(0), borrow_pause(0) {
+      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;

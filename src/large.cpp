@@ -138,6 +138,24 @@ Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // heap's thread exits or trims, or after kSpareLifetime slow paths unused
 // (heap.cpp). Not in the secure build, whose large blocks carry a guard
 // page and whose freed memory is not reused at once.
+// Adds `span` to `heap`'s kept spans, the oldest making room: the span
+// freed last is the likeliest to be asked for again (a buffer that
+// alternates between two lengths). `counted`: the bytes its last block
+// still counts in large_in_use.
+void kept_span_add(Heap* heap, Page* span, size_t counted) {
+  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > kKeptSliceBudget) {
+    Heap::KeptSpan oldest = kept_span_remove(heap, 0);
+    stats::sub(stats::g_global.large_in_use, oldest.counted);
+    g_spans.release(oldest.span);
+  }
+  span->large_usable = 0;
+  span->sampled = 0;
+  heap->kept_spans[heap->kept_span_count++] = {span, counted};
+  heap->kept_slices += span->slice_count;
+  heap->kept_since = heap->slow_calls;
+  heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
+}
+
 bool keep_span(Page* span) {
   if (secure::kEnabled || span->slice_count > kKeptSliceBudget) return false;
   // A thread whose allocations were all large has no heap yet: it gets one
@@ -145,24 +163,67 @@ bool keep_span(Page* span) {
   Heap* heap = t_heap;
   if (heap == &g_empty_heap && (heap = thread_heap_acquire()) == nullptr) return false;
   if (heap->state.load(std::memory_order_relaxed) != HeapState::kActive) return false;
-  // The oldest make room: the span freed last is the likeliest to be asked
-  // for again (a buffer that alternates between two lengths).
-  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > kKeptSliceBudget) {
-    Heap::KeptSpan oldest = kept_span_remove(heap, 0);
-    stats::sub(stats::g_global.large_in_use, oldest.counted);
-    g_spans.release(oldest.span);
-  }
-  size_t counted = span->large_usable;
-  span->large_usable = 0;
-  span->sampled = 0;
-  heap->kept_spans[heap->kept_span_count++] = {span, counted};
-  heap->kept_slices += span->slice_count;
-  heap->kept_since = heap->slow_calls;
-  heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
+  kept_span_add(heap, span, span->large_usable);
   // A thread that only takes and keeps spans still does the periodic work
   // (purging what it and others freed), as its slow paths would.
   heap_tick(heap);
   return true;
+}
+
+// Returned spans. A large block freed by another thread than the one that
+// allocated it - a buffer a producer fills and a consumer frees - would
+// stay with the consumer as a kept span it never asks for again, and the
+// producer would take every buffer from the span allocator: its lock and
+// its lines, shared with the consumer's releases, on both sides of every
+// buffer. So the freeing thread hands the span back to the allocating
+// heap, on a lock-free stack the heap empties into its kept spans when it
+// next misses them. At most kKeptSliceBudget slices wait on a heap; beyond
+// that, and for a heap whose thread has exited, the span goes to the span
+// allocator as before.
+bool return_span_home(Page* span) {
+  Heap* home = span->large_home;
+  if (secure::kEnabled || home == nullptr || home == &g_empty_heap ||
+      home->state.load(std::memory_order_relaxed) != HeapState::kActive)
+    return false;
+  uint32_t slices = span->slice_count;
+  if (home->returned_slices.fetch_add(slices, std::memory_order_relaxed) + slices > kKeptSliceBudget) {
+    home->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
+    return false;
+  }
+  stats::sub(stats::g_global.large_in_use, span->large_usable);
+  span->large_usable = 0;  // a second free of the block is reported
+  span->sampled = 0;
+  Page* head = home->returned_spans.load(std::memory_order_relaxed);
+  do {
+    span->next = head;
+  } while (!home->returned_spans.compare_exchange_weak(head, span, std::memory_order_acq_rel,
+                                                        std::memory_order_relaxed));
+  // The home thread may have exited since the check, its last look at the
+  // stack before this push: a push after that exchange synchronizes with
+  // it and sees the heap orphaned (thread_heap_teardown), and takes the
+  // stack back itself.
+  if (home->state.load(std::memory_order_relaxed) != HeapState::kActive) returned_spans_release(home);
+  return true;
+}
+
+// Takes the spans other threads handed back to `heap` off its stack.
+Page* returned_spans_take(Heap* heap) {
+  Page* spans = heap->returned_spans.exchange(nullptr, std::memory_order_acq_rel);
+  uint32_t slices = 0;
+  for (Page* span = spans; span != nullptr; span = span->next) slices += span->slice_count;
+  if (slices != 0) heap->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
+  return spans;
+}
+
+// The heap's thread missed its kept spans: the returned ones join them.
+void returned_spans_collect(Heap* heap) {
+  Page* span = returned_spans_take(heap);
+  while (span != nullptr) {
+    Page* next = span->next;
+    span->next = nullptr;
+    kept_span_add(heap, span, 0);
+    span = next;
+  }
 }
 
 // A kept span for a block of `slices` slices: the most recently kept one
@@ -336,8 +397,21 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t slices = large_slices(usable + extra);
   if (slices > kPayloadSlices) return huge_alloc(size, alignment, zero);
+  // A thread's first large block gives it a heap, if it has none yet: the
+  // home its blocks' spans come back to when other threads free them.
+  Heap* heap = t_heap;
+  if (XALLOC_UNLIKELY(heap == &g_empty_heap) && !secure::kEnabled) {
+    Heap* acquired = thread_heap_acquire();
+    if (acquired != nullptr) heap = acquired;
+  }
   if (extra == 0) {
-    if (Page* span = take_kept_span(t_heap, slices, usable)) {
+    Page* span = take_kept_span(heap, slices, usable);
+    if (span == nullptr && heap->returned_spans.load(std::memory_order_relaxed) != nullptr) {
+      returned_spans_collect(heap);
+      span = take_kept_span(heap, slices, usable);
+    }
+    if (span != nullptr) {
+      span->large_home = heap;
       void* block = reinterpret_cast<void*>(span->start);
       if (zero) zero_reused(block, size);
       return block;
@@ -354,6 +428,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
     g_spans.shrink(span, large_slices(usable));
   }
   set_large(span, usable, is_zero);
+  span->large_home = heap;
   guard_after(span, span->start + usable);
   void* block = reinterpret_cast<void*>(span->start);
   if (zero && !is_zero) zero_reused(block, size);
@@ -365,10 +440,21 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
   Page* span = size <= kSliceSize && alignment <= kSliceSize ? take_kept_span(heap, 1, usable) : nullptr;
   if (span == nullptr) return large_alloc(size, alignment, false);
+  span->large_home = heap;
   return reinterpret_cast<void*>(span->start);
 }
 
+void returned_spans_release(Heap* heap) {
+  for (Page* span = returned_spans_take(heap); span != nullptr;) {
+    Page* next = span->next;
+    span->next = nullptr;
+    g_spans.release(span);
+    span = next;
+  }
+}
+
 void kept_spans_release(Heap* heap) {
+  if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
   // (Not a write to g_empty_heap, which every thread without a heap shares.)
   if (heap->kept_span_count == 0) return;
   while (heap->kept_span_count != 0) {
@@ -382,6 +468,7 @@ void kept_spans_release(Heap* heap) {
 
 void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
+  if (page->large_home != t_heap && return_span_home(page)) return;
   if (keep_span(page)) return;
   unguard_after(page, page->start + page->large_usable);
   stats::sub(stats::g_global.large_in_use, page->large_usable);

@@ -27,9 +27,12 @@ struct Heap;
 // The block of a sampled allocation (heap_profiler.h): a large block of its
 // own, from `heap`'s kept spans when one fits.
 void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment);
-// Gives the spans of freed large blocks that `heap` keeps (large.cpp) back
-// to the span allocator.
+// Gives the spans of freed large blocks that `heap` keeps (large.cpp), and
+// those other threads handed back to it, to the span allocator.
 void kept_spans_release(Heap* heap);
+// Gives the spans other threads handed back to `heap` to the span
+// allocator (its thread exits: thread_heap_teardown).
+void returned_spans_release(Heap* heap);
 
 void* huge_alloc(size_t size, size_t alignment, bool zero);
 void huge_free(Segment* segment);

@@ -138,6 +138,7 @@ void thread_heap_teardown(void* arg) {
   // synchronizes with it (acq_rel on both sides), so it sees kOrphan and
   // drains itself (inbox_push).
   heap_drain_inbox(heap);
+  returned_spans_release(heap);  // the same for spans of large blocks (large.cpp)
   push_orphan_locked(heap);
 }
 

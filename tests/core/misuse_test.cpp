@@ -325,6 +325,25 @@ TEST(Misuse, DoubleFreeOfLargeBlockAborts) {
 // Regression test (tests/KNOWN_BUGS.md #1): a huge block freed twice used to
 // be put in the huge cache twice, unreported; the cache list became circular
 // and the next huge malloc spun forever.
+// A large block freed by another thread waits for its allocating thread
+// with no usable bytes (large.cpp, returned spans): freed again, it is
+// reported.
+TEST(Misuse, DoubleFreeOfLargeBlockByAnotherThreadAborts) {
+  void* keep = xalloc_malloc(200000);
+  void* p = xalloc_malloc(200000);
+  ASSERT_NE(p, nullptr);
+  auto r = run_in_child([p] {
+    std::thread([p] {
+      xalloc_free(p);
+      xalloc_free(p);
+    }).join();
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " in free()")) << r.err;
+  xalloc_free(p);
+  xalloc_free(keep);
+}
+
 TEST(Misuse, DoubleFreeOfHugeBlockAborts) {
   void* p = xalloc_malloc(size_t{20} << 20);
   ASSERT_NE(p, nullptr);

@@ -328,6 +328,58 @@ TEST(KeptSpans, SpanServesABlockAFewSlicesShorter) {
   xalloc_free(small);
 }
 
+// A large block freed by another thread goes back to the heap of the thread
+// that allocated it, for that thread's next large block (a buffer handed
+// from a producer to a consumer).
+TEST(KeptSpans, BlockFreedByAnotherThreadGoesBackToItsAllocatingThread) {
+  void* small = xalloc_malloc(10);
+  xalloc_trim(0);
+  void* p = xalloc_malloc(256 * 1024);
+  ASSERT_NE(p, nullptr);
+  std::thread([p] { xalloc_free(p); }).join();
+  EXPECT_TRUE(span_kept(p)) << "the span went to the span allocator";
+  EXPECT_NE(xalloc::t_heap->returned_spans.load(), nullptr);
+  void* q = xalloc_malloc(256 * 1024);
+  EXPECT_EQ(q, p) << "the returned span did not serve this thread's next block";
+  EXPECT_EQ(xalloc::t_heap->returned_spans.load(), nullptr);
+  EXPECT_EQ(xalloc::t_heap->returned_slices.load(), 0u);
+  std::thread([q] { xalloc_free(q); }).join();
+  EXPECT_TRUE(span_kept(q));
+  xalloc_trim(0);
+  EXPECT_EQ(xalloc::t_heap->returned_spans.load(), nullptr) << "trim left returned spans";
+  xalloc_free(small);
+}
+
+// At most kKeptSliceBudget slices wait on a heap; the rest go to the span
+// allocator. A thread that has exited gets none: its heap's stack stays
+// empty.
+TEST(KeptSpans, ReturnedSpansAreBoundedAndNeverStrandedOnAnExitedThread) {
+  void* small = xalloc_malloc(10);
+  xalloc_trim(0);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12; ++i) blocks.push_back(xalloc_malloc(2 * kSlice));
+  std::thread([&blocks] {
+    for (void* p : blocks) xalloc_free(p);
+  }).join();
+  EXPECT_LE(xalloc::t_heap->returned_slices.load(), xalloc::kKeptSliceBudget);
+  EXPECT_GT(xalloc::t_heap->returned_slices.load(), 0u);
+  xalloc_trim(0);
+  EXPECT_EQ(xalloc::t_heap->returned_slices.load(), 0u);
+
+  xalloc::Heap* exited = nullptr;
+  void* orphaned = nullptr;
+  std::thread([&] {
+    orphaned = xalloc_malloc(256 * 1024);
+    exited = xalloc::t_heap;
+  }).join();
+  ASSERT_NE(orphaned, nullptr);
+  ASSERT_NE(exited, &xalloc::g_empty_heap) << "a thread's large block gives it a heap";
+  xalloc_free(orphaned);
+  EXPECT_EQ(exited->returned_spans.load(), nullptr) << "a span waits on the heap of an exited thread";
+  xalloc_trim(0);
+  xalloc_free(small);
+}
+
 // A thread whose only blocks are large has no heap until it frees one: it
 // gets a heap then, and keeps the span as any thread does.
 TEST(KeptSpans, ThreadWithOnlyLargeBlocksKeepsItsSpans) {
