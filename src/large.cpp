@@ -158,8 +158,9 @@ void kept_span_add(Heap* heap, Page* span, size_t counted) {
 
 bool keep_span(Page* span) {
   if (secure::kEnabled || span->slice_count > kKeptSliceBudget) return false;
-  // A thread whose allocations were all large has no heap yet: it gets one
-  // now, or keeps nothing (exiting, or out of memory).
+  // A thread that has not allocated yet (it frees other threads' blocks)
+  // has no heap: it gets one now, or keeps nothing (exiting, or out of
+  // memory).
   Heap* heap = t_heap;
   if (heap == &g_empty_heap && (heap = thread_heap_acquire()) == nullptr) return false;
   if (heap->state.load(std::memory_order_relaxed) != HeapState::kActive) return false;

@@ -380,8 +380,9 @@ TEST(KeptSpans, ReturnedSpansAreBoundedAndNeverStrandedOnAnExitedThread) {
   xalloc_free(small);
 }
 
-// A thread whose only blocks are large has no heap until it frees one: it
-// gets a heap then, and keeps the span as any thread does.
+// A thread whose only blocks are large has no heap until its first large
+// block: it gets a heap then (the home of its blocks' spans), and keeps the
+// span it frees as any thread does.
 TEST(KeptSpans, ThreadWithOnlyLargeBlocksKeepsItsSpans) {
   void* first = nullptr;
   void* second = nullptr;
