@@ -1,0 +1,140 @@
+/*
+ * patterns: small loops of allocation patterns that the suite's workloads
+ * do not have, each one a case where some allocator was found far behind
+ * the others (bench/patterns.py runs them under every contender).
+ *
+ *   two-lengths    a buffer asked for at 512 KiB and 512 KiB + 16 bytes in
+ *                  turn, written at both ends, freed (300,000 pairs)
+ *   span-1mib      the same at 1 MiB + 1 byte (300,000 pairs)
+ *   calloc-sparse  calloc of 64 MiB, two pages written, freed (60 rounds)
+ *   calloc-full    calloc of 64 MiB, every page written, freed (30 rounds)
+ *   memalign-64    posix_memalign(64, 48..160) 256 at a time, then their
+ *                  frees (20,000 rounds: a C++ type aligned to a cache line)
+ *   realloc-byte   a buffer grown by realloc one byte at a time to 200,000
+ *                  bytes (20 times)
+ *   handoff        one thread fills 100,000-byte buffers and hands them
+ *                  through a queue of 8 to another, which checks and frees
+ *                  them (200,000 buffers)
+ *
+ * usage: patterns <name>
+ * prints: time_s (the loop), peak_rss_kb.
+ */
+#include "xbench.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+static void two_lengths(size_t base, uint64_t pairs) {
+  for (uint64_t i = 0; i < pairs; i++) {
+    size_t size = base + (i & 1) * 16;
+    unsigned char *p = (unsigned char *)malloc(size);
+    if (p == NULL) xb_fail("malloc(%zu) returned NULL", size);
+    p[0] = (unsigned char)i;
+    p[size - 1] = (unsigned char)i;
+    xb_escape(p);
+    free(p);
+  }
+}
+
+static void calloc_loop(int rounds, int every_page) {
+  const size_t size = (size_t)64 << 20;
+  for (int r = 0; r < rounds; r++) {
+    unsigned char *p = (unsigned char *)calloc(1, size);
+    if (p == NULL) xb_fail("calloc of 64 MiB returned NULL");
+    size_t step = every_page ? 4096 : size / 2 - 4096;
+    for (size_t at = 100; at < size; at += step) {
+      if (p[at] != 0) xb_fail("calloc returned a block that is not zero at %zu", at);
+      p[at] = 1;
+    }
+    free(p);
+  }
+}
+
+static void memalign_64(void) {
+  void *blocks[256];
+  for (int r = 0; r < 20000; r++) {
+    for (int i = 0; i < 256; i++) {
+      if (posix_memalign(&blocks[i], 64, 48 + (size_t)(i & 7) * 16) != 0) xb_fail("posix_memalign failed");
+      if (((uintptr_t)blocks[i] & 63) != 0) xb_fail("posix_memalign returned a misaligned block");
+      *(volatile char *)blocks[i] = 1;
+    }
+    for (int i = 0; i < 256; i++) free(blocks[i]);
+  }
+}
+
+static void realloc_byte(void) {
+  for (int r = 0; r < 20; r++) {
+    unsigned char *s = NULL;
+    for (size_t n = 1; n < 200000; n++) {
+      s = (unsigned char *)realloc(s, n);
+      if (s == NULL) xb_fail("realloc(%zu) returned NULL", n);
+      s[n - 1] = (unsigned char)n;
+    }
+    for (size_t n = 1; n < 200000; n += 4099)
+      if (s[n - 1] != (unsigned char)n) xb_fail("realloc lost the contents at %zu", n);
+    free(s);
+  }
+}
+
+/* handoff: a single-producer, single-consumer ring of QUEUE slots. */
+enum { QUEUE = 8, BUFFER = 100000, BUFFERS = 200000 };
+static void *_Atomic g_ring[QUEUE];
+static _Atomic uint64_t g_head, g_tail;
+
+static void *produce(void *arg) {
+  (void)arg;
+  for (uint64_t i = 0; i < BUFFERS; i++) {
+    unsigned spins = 0;
+    while (atomic_load_explicit(&g_head, memory_order_relaxed) - atomic_load_explicit(&g_tail, memory_order_acquire) >= QUEUE)
+      xb_pause(&spins);
+    unsigned char *p = (unsigned char *)malloc(BUFFER);
+    if (p == NULL) xb_fail("malloc(%d) returned NULL", BUFFER);
+    p[0] = p[BUFFER - 1] = (unsigned char)i;
+    atomic_store_explicit(&g_ring[i % QUEUE], p, memory_order_relaxed);
+    atomic_store_explicit(&g_head, i + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void *consume(void *arg) {
+  (void)arg;
+  for (uint64_t i = 0; i < BUFFERS; i++) {
+    unsigned spins = 0;
+    while (atomic_load_explicit(&g_head, memory_order_acquire) <= i) xb_pause(&spins);
+    unsigned char *p = atomic_load_explicit(&g_ring[i % QUEUE], memory_order_relaxed);
+    if (p[0] != (unsigned char)i || p[BUFFER - 1] != (unsigned char)i) xb_fail("buffer %llu was corrupted", (unsigned long long)i);
+    free(p);
+    atomic_store_explicit(&g_tail, i + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void handoff(void) {
+  pthread_t producer, consumer;
+  if (pthread_create(&producer, NULL, produce, NULL) != 0 || pthread_create(&consumer, NULL, consume, NULL) != 0)
+    xb_fail("pthread_create failed");
+  pthread_join(producer, NULL);
+  pthread_join(consumer, NULL);
+}
+
+int main(int argc, char **argv) {
+  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff>");
+  xb_init();
+  if (argc != 2) return XB_EXIT_USAGE;
+  const char *name = argv[1];
+  uint64_t start = xb_now_ns();
+  if (strcmp(name, "two-lengths") == 0) two_lengths((size_t)512 << 10, 300000);
+  else if (strcmp(name, "span-1mib") == 0) two_lengths(((size_t)1 << 20) + 1, 300000);
+  else if (strcmp(name, "calloc-sparse") == 0) calloc_loop(60, 0);
+  else if (strcmp(name, "calloc-full") == 0) calloc_loop(30, 1);
+  else if (strcmp(name, "memalign-64") == 0) memalign_64();
+  else if (strcmp(name, "realloc-byte") == 0) realloc_byte();
+  else if (strcmp(name, "handoff") == 0) handoff();
+  else {
+    fprintf(stderr, "patterns: unknown pattern \"%s\"\n", name);
+    return XB_EXIT_USAGE;
+  }
+  printf("time_s=%.6f\n", xb_seconds_since(start));
+  printf("peak_rss_kb=%ld\n", xb_peak_rss_kb());
+  return 0;
+}
