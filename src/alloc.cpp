@@ -67,13 +67,16 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
   auto address = reinterpret_cast<uintptr_t>(ptr);
   switch (page->kind()) {
     case PageKind::kLarge:
-      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
-      // A span kept for the profiler's next sample (large.cpp) is free.
-      if (page->large_usable == 0) report_misuse("double free", ptr, 0, caller);
+      if (address != page->start)
+        report_span_misuse("invalid free (not the start of a block)", ptr, "large block", page->large_usable, caller);
+      // A span kept for the thread's next large block or sample (large.cpp)
+      // is free: it has no usable bytes.
+      if (page->large_usable == 0) report_span_misuse("double free", ptr, "large block", 0, caller);
       large_free(page);
       return;
     case PageKind::kHuge:
-      if (address != page->start) report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+      if (address != page->start)
+        report_span_misuse("invalid free (not the start of a block)", ptr, "huge block", segment->huge_usable, caller);
       huge_free(segment);
       return;
     default:
@@ -285,11 +288,14 @@ void* realloc(void* ptr, size_t size, Caller caller) {
       return realloc_by_moving(ptr, old_size, size, caller);
     }
     case PageKind::kLarge:
-      if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
-      if (page->large_usable == 0) report_misuse("realloc of a freed block", ptr, 0, caller);
+      if (address != page->start)
+        report_span_misuse("invalid realloc (not the start of a block)", ptr, "large block", page->large_usable, caller);
+      if (page->large_usable == 0) report_span_misuse("realloc of a freed block", ptr, "large block", 0, caller);
       return large_realloc(page, ptr, size);
     case PageKind::kHuge:
-      if (address != page->start) report_misuse("invalid realloc (not the start of a block)", ptr, 0, caller);
+      if (address != page->start)
+        report_span_misuse("invalid realloc (not the start of a block)", ptr, "huge block", segment->huge_usable,
+                           caller);
       return huge_realloc(segment, ptr, size);
     default:
       if (page->kind() == PageKind::kFree && address == page->start)

@@ -147,4 +147,15 @@ void report_misuse(const char* problem, const void* ptr, size_t block_size, Call
   os::abort_process();
 }
 
+void report_span_misuse(const char* problem, const void* ptr, const char* what, size_t bytes, Caller caller) {
+  emergency::enter();
+  if (bytes != 0) {
+    report::message("%s of %p (%u-byte %s) in %s", problem, ptr, bytes, what, caller_name(caller));
+  } else {
+    report::message("%s of %p (%s) in %s", problem, ptr, what, caller_name(caller));
+  }
+  stack_trace_print();
+  os::abort_process();
+}
+
 }  // namespace xalloc

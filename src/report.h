@@ -74,5 +74,9 @@ template <typename... Args>
 
 // Heap misuse detected at `ptr`; `block_size` is its size class (0 if none).
 [[noreturn]] void report_misuse(const char* problem, const void* ptr, size_t block_size, Caller caller);
+// The same for a block that is a span of its own: `what` names it ("large
+// block", "huge block"), `bytes` its size (0 if unknown).
+[[noreturn]] void report_span_misuse(const char* problem, const void* ptr, const char* what, size_t bytes,
+                                     Caller caller);
 
 }  // namespace xalloc

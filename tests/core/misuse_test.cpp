@@ -339,7 +339,7 @@ TEST(Misuse, DoubleFreeOfLargeBlockByAnotherThreadAborts) {
     }).join();
     return 0;
   });
-  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " in free()")) << r.err;
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: double free of " + hex_ptr(p) + " (large block) in free()")) << r.err;
   xalloc_free(p);
   xalloc_free(keep);
 }
@@ -388,8 +388,10 @@ TEST(Misuse, InteriorPointerOfLargeBlock) {
       xalloc_free(inner);
       return 0;
     });
-    EXPECT_TRUE(aborted_with_prefix(r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner)))
-        << "offset " << offset;
+    // The block's usable size: the request rounded up to whole pages.
+    EXPECT_TRUE(aborted_with_line(
+        r, "xalloc: invalid free (not the start of a block) of " + hex_ptr(inner) + " (303104-byte large block) in free()"))
+        << "offset " << offset << ": " << r.err;
   }
   xalloc_free(p);
 }

@@ -18,9 +18,10 @@
 // A detected misuse aborts the process, so the planted part runs in a
 // forked child, which must die of SIGABRT with its first stderr line being
 // xalloc's report of that misuse, with the right address, entry point and
-// (for slab blocks) class:
+// (for slab blocks) class, or (for large and huge blocks) their kind:
 //
 //   xalloc: double free of 0x... (48-byte class) in free()
+//   xalloc: double free of 0x... (large block) in free()
 //   xalloc: invalid free (not the start of a block) of 0x... in free_sized()
 //   xalloc: invalid free (pointer not allocated by xalloc) of 0x... in realloc()
 //
@@ -196,13 +197,22 @@ bool line_matches(const std::string& line, const Expected& e) {
     if (std::sscanf(rest.c_str(), " (%zu-byte class) in %63[^\n]", &n, tail) == 2 && e.caller == tail &&
         (e.class_size == 0 || n == e.class_size))
       return true;
+    // Blocks that are spans of their own name their kind, and their size
+    // when it is known.
+    for (const char* what : {"large block", "huge block"}) {
+      if (rest == std::string(" (") + what + ") in " + e.caller) return true;
+      std::string format = std::string(" (%zu-byte ") + what + ") in %63[^\n]";
+      if (std::sscanf(rest.c_str(), format.c_str(), &n, tail) == 2 && e.caller == tail && n != 0) return true;
+    }
   }
   return false;
 }
 
 std::string describe(const Expected& e) {
   std::string s;
-  for (const std::string& p : e.problems) s += "  xalloc: " + p + " of " + hex(e.address) + "[ (N-byte class)] in " + e.caller + "\n";
+  for (const std::string& p : e.problems)
+    s += "  xalloc: " + p + " of " + hex(e.address) + "[ (N-byte class) | ([N-byte ]large block) | ([N-byte ]huge block)] in " +
+         e.caller + "\n";
   if (e.class_size != 0) s += "  with N = " + std::to_string(e.class_size) + "\n";
   return s;
 }
