@@ -33,7 +33,7 @@ constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
 // Spans of freed large blocks a heap keeps for its next large blocks
 // (large.cpp): at most this many, of at most kKeptSliceBudget slices in all.
 constexpr uint32_t kKeptSpanSlots = 4;
-constexpr uint32_t kKeptSliceBudget = 16;  // 1 MiB
+constexpr uint32_t kKeptSliceBudget = 32;  // 2 MiB: a buffer of 1 MiB and a few bytes fits
 
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread
