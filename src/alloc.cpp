@@ -228,7 +228,7 @@ void* alloc_zeroed(size_t size) {
   return huge_alloc(size, 0, true);
 }
 
-void* alloc_aligned(size_t size, size_t alignment) {
+void* alloc_aligned_generic(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
   Heap* heap = t_heap;
   if (XALLOC_UNLIKELY(watching(heap)) && size <= kMaxRequest) {

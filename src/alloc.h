@@ -60,9 +60,28 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
   free_generic(ptr, caller);
 }
 
+// Aligned blocks that need more than alloc() gives (alloc.cpp).
+void* alloc_aligned_generic(size_t size, size_t alignment);
+
+// An aligned small block: the smallest class whose size is a multiple of
+// the alignment (aligned_class_of), popped from what serves that class -
+// its current slab, or the profiler's window or borrowed blocks, all blocks
+// of the class. While allocations are watched, and when the list is empty,
+// the class serves g_empty_page or nothing, and the generic path does the
+// rest (C++ types aligned to a cache line come here at every `new`).
+XALLOC_INLINE void* alloc_aligned(size_t size, size_t alignment) {
+  if (XALLOC_LIKELY(alignment > kMinAlignment && alignment <= kMaxSmallSize &&
+                    size <= kMaxSmallSize - secure::kCanaryBytes)) {
+    Heap* heap = t_heap;
+    Page* page = heap->serving[aligned_class_of(size + secure::kCanaryBytes, alignment)];
+    FreeBlock* block = page->free;
+    if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
+  }
+  return alloc_aligned_generic(size, alignment);
+}
+
 // The rest of the API (alloc.cpp).
 void* alloc_zeroed(size_t size);
-void* alloc_aligned(size_t size, size_t alignment);
 void* realloc(void* ptr, size_t size, Caller caller);
 size_t usable_size(const void* ptr, Caller caller);
 bool owns(const void* ptr);
