@@ -690,6 +690,23 @@ TEST(Stats, PerClassTableCountsRequests) {
   EXPECT_FALSE(line_starting(r.err, "xalloc: stats: peak in use").empty()) << r.err;
 }
 
+// Aligned small blocks are popped inline from what serves their class
+// (alloc.h); with statistics on, that is nothing, and each is counted.
+TEST(Stats, AlignedAllocationsAreCounted) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "aligned", "1000", "48", "64"}, {"XALLOC_STATS=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  std::string cls_line = line_starting(r.out, "class ");
+  ASSERT_FALSE(cls_line.empty()) << r.describe();
+  std::string cls = cls_line.substr(6);
+  EXPECT_EQ(cls, "64") << "aligned_alloc(64, 48)'s class";
+  auto rows = parse_stats_table(r.err);
+  // Requests count by the size asked for; the blocks live in the class
+  // that serves the alignment.
+  ASSERT_TRUE(rows.count("48") && rows.count(cls)) << r.err;
+  EXPECT_GE(std::atol(rows["48"].requests.c_str()), 1000) << r.err;
+  EXPECT_GE(rows[cls].live_blocks, 1000) << r.err;
+}
+
 // Regression test (tests/KNOWN_BUGS.md #12): allocations above 1 KiB made
 // before the thread's first small allocation were not counted.
 TEST(Stats, AllocationsBeforeTheFirstSmallOneAreCounted) {

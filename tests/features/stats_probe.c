@@ -3,6 +3,8 @@
  *
  *   stats_probe requests N S   N x malloc(S), one malloc(200000) (large), all
  *                              kept; prints "class <usable size of an S-byte block>"
+ *   stats_probe aligned N S A  N x aligned_alloc(A, S), all kept; prints "class
+ *                              <usable size of the first>"
  *   stats_probe large-first    the first allocation is malloc(200000), kept
  *   stats_probe print          xalloc_stats_print() and malloc_stats() with
  *                              100 live blocks of 100 bytes; prints their class,
@@ -28,6 +30,14 @@ static int requests(size_t n, size_t size) {
   printf("class %zu\n", malloc_usable_size(blocks[0]));
   g_sink = blocks;
   g_sink = large;
+  return 0;
+}
+
+static int aligned(size_t n, size_t size, size_t alignment) {
+  void** blocks = malloc(n * sizeof(void*));
+  for (size_t i = 0; i < n; ++i) blocks[i] = aligned_alloc(alignment, size);
+  printf("class %zu\n", malloc_usable_size(blocks[0]));
+  g_sink = blocks;
   return 0;
 }
 
@@ -106,9 +116,11 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "requests") == 0 && argc == 4)
     return requests(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
+  if (strcmp(mode, "aligned") == 0 && argc == 5)
+    return aligned(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
   if (strcmp(mode, "large-first") == 0) return large_first();
   if (strcmp(mode, "print") == 0) return print();
   if (strcmp(mode, "mallinfo") == 0) return mallinfo_follows();
-  fprintf(stderr, "usage: %s requests N SIZE | large-first | print | mallinfo\n", argv[0]);
+  fprintf(stderr, "usage: %s requests N SIZE | aligned N SIZE ALIGNMENT | large-first | print | mallinfo\n", argv[0]);
   return 2;
 }
