@@ -138,16 +138,19 @@ Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // heap's thread exits or trims, or after kSpareLifetime slow paths unused
 // (heap.cpp). Not in the secure build, whose large blocks carry a guard
 // page and whose freed memory is not reused at once.
+// Gives a span taken out of a heap's kept spans to the span allocator.
+void kept_span_release(Heap::KeptSpan kept) {
+  stats::sub(stats::g_global.large_in_use, kept.counted);
+  g_spans.release(kept.span);
+}
+
 // Adds `span` to `heap`'s kept spans, the oldest making room: the span
 // freed last is the likeliest to be asked for again (a buffer that
 // alternates between two lengths). `counted`: the bytes its last block
 // still counts in large_in_use.
 void kept_span_add(Heap* heap, Page* span, size_t counted) {
-  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > kKeptSliceBudget) {
-    Heap::KeptSpan oldest = kept_span_remove(heap, 0);
-    stats::sub(stats::g_global.large_in_use, oldest.counted);
-    g_spans.release(oldest.span);
-  }
+  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > kKeptSliceBudget)
+    kept_span_release(kept_span_remove(heap, 0));
   span->large_usable = 0;
   span->sampled = 0;
   heap->kept_spans[heap->kept_span_count++] = {span, counted};
@@ -207,24 +210,25 @@ bool return_span_home(Page* span) {
   return true;
 }
 
-// Takes the spans other threads handed back to `heap` off its stack.
-Page* returned_spans_take(Heap* heap) {
-  Page* spans = heap->returned_spans.exchange(nullptr, std::memory_order_acq_rel);
+// Takes the spans other threads handed back to `heap` off its stack and
+// passes each to fn, unlinked.
+template <typename Fn>
+void returned_spans_drain(Heap* heap, Fn&& fn) {
+  Page* span = heap->returned_spans.exchange(nullptr, std::memory_order_acq_rel);
   uint32_t slices = 0;
-  for (Page* span = spans; span != nullptr; span = span->next) slices += span->slice_count;
+  while (span != nullptr) {
+    Page* next = span->next;
+    span->next = nullptr;
+    slices += span->slice_count;
+    fn(span);
+    span = next;
+  }
   if (slices != 0) heap->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
-  return spans;
 }
 
 // The heap's thread missed its kept spans: the returned ones join them.
 void returned_spans_collect(Heap* heap) {
-  Page* span = returned_spans_take(heap);
-  while (span != nullptr) {
-    Page* next = span->next;
-    span->next = nullptr;
-    kept_span_add(heap, span, 0);
-    span = next;
-  }
+  returned_spans_drain(heap, [heap](Page* span) { kept_span_add(heap, span, 0); });
 }
 
 // A kept span for a block of `slices` slices: the most recently kept one
@@ -446,23 +450,14 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 }
 
 void returned_spans_release(Heap* heap) {
-  for (Page* span = returned_spans_take(heap); span != nullptr;) {
-    Page* next = span->next;
-    span->next = nullptr;
-    g_spans.release(span);
-    span = next;
-  }
+  returned_spans_drain(heap, [](Page* span) { g_spans.release(span); });
 }
 
 void kept_spans_release(Heap* heap) {
   if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
   // (Not a write to g_empty_heap, which every thread without a heap shares.)
   if (heap->kept_span_count == 0) return;
-  while (heap->kept_span_count != 0) {
-    Heap::KeptSpan kept = heap->kept_spans[--heap->kept_span_count];
-    stats::sub(stats::g_global.large_in_use, kept.counted);
-    g_spans.release(kept.span);
-  }
+  while (heap->kept_span_count != 0) kept_span_release(heap->kept_spans[--heap->kept_span_count]);
   heap->kept_slices = 0;
   heap->kept_counted.store(0, std::memory_order_relaxed);
 }

@@ -135,27 +135,34 @@ void emit_fatal(const char* fmt, const Arg* args, size_t nargs) {
 
 }  // namespace report
 
-void report_misuse(const char* problem, const void* ptr, size_t block_size, Caller caller) {
+namespace {
+
+// One line - the problem, the address, what the block is (`what`: null for
+// nothing known; `bytes`: its size, 0 if unknown) and the entry point -
+// then the stack, then abort.
+[[noreturn]] void report_and_abort(const char* problem, const void* ptr, const char* what, size_t bytes,
+                                   Caller caller) {
   // Whatever the trace needs to allocate comes from the emergency buffer.
   emergency::enter();
-  if (block_size != 0) {
-    report::message("%s of %p (%u-byte class) in %s", problem, ptr, block_size, caller_name(caller));
-  } else {
+  if (what == nullptr) {
     report::message("%s of %p in %s", problem, ptr, caller_name(caller));
+  } else if (bytes == 0) {
+    report::message("%s of %p (%s) in %s", problem, ptr, what, caller_name(caller));
+  } else {
+    report::message("%s of %p (%u-byte %s) in %s", problem, ptr, bytes, what, caller_name(caller));
   }
   stack_trace_print();
   os::abort_process();
 }
 
+}  // namespace
+
+void report_misuse(const char* problem, const void* ptr, size_t block_size, Caller caller) {
+  report_and_abort(problem, ptr, block_size != 0 ? "class" : nullptr, block_size, caller);
+}
+
 void report_span_misuse(const char* problem, const void* ptr, const char* what, size_t bytes, Caller caller) {
-  emergency::enter();
-  if (bytes != 0) {
-    report::message("%s of %p (%u-byte %s) in %s", problem, ptr, bytes, what, caller_name(caller));
-  } else {
-    report::message("%s of %p (%s) in %s", problem, ptr, what, caller_name(caller));
-  }
-  stack_trace_print();
-  os::abort_process();
+  report_and_abort(problem, ptr, what, bytes, caller);
 }
 
 }  // namespace xalloc
