@@ -169,6 +169,9 @@ struct alignas(64) Heap {
   // linked through Page::next, and the slices on it.
   std::atomic<Page*> returned_spans;
   std::atomic<uint32_t> returned_slices;
+  // The stack's head at the last reclaim pass (returned_spans_reclaim):
+  // written only by that pass.
+  std::atomic<Page*> returned_seen;
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).
@@ -185,7 +188,7 @@ constexpr Heap::Heap(EmptyTag)
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
-      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0) {
+      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0), returned_seen(nullptr) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;

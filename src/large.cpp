@@ -1,5 +1,6 @@
 #include "large.h"
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -453,6 +454,38 @@ void returned_spans_release(Heap* heap) {
   returned_spans_drain(heap, [](Page* span) { g_spans.release(span); });
 }
 
+// A thread that has gone idle - blocked, or done with large blocks - never
+// collects the spans others hand back to it. So, once per purge delay, the
+// periodic work of any thread (or the background purger) gives the span
+// allocator every stack whose head has not changed since the pass before:
+// spans that waited at least a whole delay. A head that only looks
+// unchanged (drained and pushed again in between) sends its spans back
+// early, which costs their home a trip to the span allocator and nothing
+// else: the home and the pass both take the stack with one exchange.
+XALLOC_STARTUP_DATA std::atomic<uint64_t> g_returned_next_pass_ms{0};
+XALLOC_STARTUP_DATA std::atomic<bool> g_returned_pass_running{false};
+
+void returned_spans_reclaim(bool force, uint64_t now_ms) {
+  if (!force && now_ms < g_returned_next_pass_ms.load(std::memory_order_relaxed)) return;
+  if (g_returned_pass_running.exchange(true, std::memory_order_acquire)) return;
+  uint64_t period = g_options.purge_delay_ms > kReclaimPassMinMs ? g_options.purge_delay_ms : kReclaimPassMinMs;
+  g_returned_next_pass_ms.store(now_ms + period, std::memory_order_relaxed);
+  for_each_heap([force](Heap* heap) {
+    Page* head = heap->returned_spans.load(std::memory_order_relaxed);
+    Page* seen = heap->returned_seen.load(std::memory_order_relaxed);
+    if (head != nullptr && (force || head == seen)) {
+      returned_spans_release(heap);
+      head = nullptr;
+    }
+    if (head != seen) heap->returned_seen.store(head, std::memory_order_relaxed);
+  });
+  g_returned_pass_running.store(false, std::memory_order_release);
+}
+
+// A pass another thread was running when the process forked never ends in
+// the child.
+void returned_spans_reset_after_fork_child() { g_returned_pass_running.store(false, std::memory_order_relaxed); }
+
 void kept_spans_release(Heap* heap) {
   if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
   // (Not a write to g_empty_heap, which every thread without a heap shares.)
@@ -714,6 +747,7 @@ bool release_cached_memory() {
   Heap* heap = t_heap;
   size_t released = size_t{heap->kept_slices} << kSliceShift;
   kept_spans_release(heap);
+  returned_spans_reclaim(true, 0);
   released += slab_pool::release_all();
   released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -378,6 +379,51 @@ TEST(KeptSpans, ReturnedSpansAreBoundedAndNeverStrandedOnAnExitedThread) {
   EXPECT_EQ(exited->returned_spans.load(), nullptr) << "a span waits on the heap of an exited thread";
   xalloc_trim(0);
   xalloc_free(small);
+}
+
+// A thread that has gone idle does not sit on the spans other threads hand
+// back to it: another thread's periodic work gives them to the span
+// allocator once they have waited a whole purge delay (500 ms), and
+// malloc_trim at once.
+TEST(KeptSpans, SpansHandedBackToAnIdleThreadAreReclaimed) {
+  std::atomic<int> phase{0};
+  std::vector<void*> blocks;
+  xalloc::Heap* idle = nullptr;
+  std::thread owner([&] {
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < 3; ++i) blocks.push_back(xalloc_malloc(2 * kSlice));
+      idle = xalloc::t_heap;
+      phase.store(2 * round + 1);
+      while (phase.load() != 2 * round + 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  auto hand_back = [&](int ready) {
+    while (phase.load() != ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (void* p : blocks) xalloc_free(p);
+    blocks.clear();
+    return idle->returned_slices.load();
+  };
+
+  ASSERT_EQ(hand_back(1), 6u) << "the spans did not go back to their allocating thread";
+  // Slow paths of this thread run the periodic work: slabs of 48-byte
+  // blocks filled and emptied.
+  auto start = std::chrono::steady_clock::now();
+  std::vector<void*> churn(20000);
+  while (idle->returned_slices.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    for (void*& p : churn) p = xalloc_malloc(48);
+    for (void* p : churn) xalloc_free(p);
+  }
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(idle->returned_slices.load(), 0u) << "spans stayed with the idle thread for " << waited << " s";
+  EXPECT_GE(waited, 0.45) << "spans were taken from their thread before a purge delay";
+  phase.store(2);
+
+  ASSERT_EQ(hand_back(3), 6u);
+  xalloc_trim(0);
+  EXPECT_EQ(idle->returned_slices.load(), 0u) << "malloc_trim left another thread's returned spans";
+  EXPECT_EQ(idle->returned_spans.load(), nullptr);
+  phase.store(4);
+  owner.join();
 }
 
 // A thread whose only blocks are large has no heap until its first large
