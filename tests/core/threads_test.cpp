@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
@@ -444,6 +445,60 @@ TEST(Threads, RemoteFreesReachTheirOwnersWhateverTheBatch) {
     auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120, {{"XALLOC_REMOTE_BATCH", batch}});
     EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "XALLOC_REMOTE_BATCH=" << batch << ": " << r.describe();
   }
+}
+
+// Large blocks handed around a ring of threads: each is freed by the next
+// thread, so its span goes back to the thread that allocated it, while the
+// periodic reclaim pass (every 10 ms with XALLOC_PURGE_DELAY_MS=1) and
+// malloc_trim take the spans of threads that pause. The block's pattern is
+// checked by whoever frees it. Returns the number of bad blocks.
+size_t large_blocks_handed_around_pausing_threads(unsigned threads, size_t per_thread) {
+  std::vector<std::mutex> locks(threads);
+  std::vector<std::vector<void*>> mailboxes(threads);
+  std::atomic<size_t> bad{0};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      xtest::Rng rng(t + 7);
+      for (size_t i = 0; i < per_thread; ++i) {
+        void* p = make_object(65537 + rng.below(size_t{7} << 16), (uint64_t{t} << 32) | i);
+        if (p == nullptr) {
+          bad++;
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> guard(locks[(t + 1) % threads]);
+          mailboxes[(t + 1) % threads].push_back(p);
+        }
+        std::vector<void*> received;
+        {
+          std::lock_guard<std::mutex> guard(locks[t]);
+          received.swap(mailboxes[t]);
+        }
+        for (void* q : received) {
+          if (!object_ok(q)) bad++;
+          xalloc_free(q);
+        }
+        for (int k = 0; k < 32; ++k) xalloc_free(xalloc_malloc(64 + rng.below(900)));  // slow paths now and then
+        if (rng.below(32) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng.below(25)));
+        if (rng.below(256) == 0) xalloc_trim(0);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (auto& box : mailboxes)
+    for (void* q : box) {
+      if (!object_ok(q)) bad++;
+      xalloc_free(q);
+    }
+  return bad.load();
+}
+
+TEST(Threads, LargeBlocksHandedAroundWhileTheirSpansAreReclaimed) {
+  if (xtest::in_fresh_process())
+    xtest::finish_fresh_process(large_blocks_handed_around_pausing_threads(4, xtest::scaled(2000)) == 0 ? 0 : 1);
+  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120, {{"XALLOC_PURGE_DELAY_MS", "1"}});
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
 }
 
 TEST(Threads, ConcurrentFirstAllocation) {
