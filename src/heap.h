@@ -31,9 +31,12 @@ namespace xalloc {
 constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
 
 // Spans of freed large blocks a heap keeps for its next large blocks
-// (large.cpp): at most this many, of at most kKeptSliceBudget slices in all.
+// (large.cpp): at most this many, of at most kKeptSliceBudget slices in all,
+// and all live threads' heaps together at most kKeptSlicesAllHeaps (each
+// its share once more than 16 threads live: kept_slice_budget).
 constexpr uint32_t kKeptSpanSlots = 4;
 constexpr uint32_t kKeptSliceBudget = 32;  // 2 MiB: a buffer of 1 MiB and a few bytes fits
+constexpr uint32_t kKeptSlicesAllHeaps = 16 * kKeptSliceBudget;  // 32 MiB
 
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread

@@ -128,8 +128,8 @@ Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // back costs a lock and the search and merge of free spans (89 ns a
 // malloc/free pair of 256 KiB, against 3 ns for the small classes), and
 // every thread that does it waits for the same lock. So the thread that
-// frees a large block keeps its span, up to kKeptSliceBudget slices in all
-// (the oldest go back to make room), for its next large block of as many
+// frees a large block keeps its span, up to kept_slice_budget() slices in
+// all (the oldest go back to make room), for its next large block of as many
 // slices or a few fewer - a buffer allocated and freed in a loop - and for
 // its heap-profiler samples, which take a slice
 // each (at the default rate, hundreds of thousands a second in a program
@@ -139,6 +139,16 @@ Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // heap's thread exits or trims, or after kSpareLifetime slow paths unused
 // (heap.cpp). Not in the secure build, whose large blocks carry a guard
 // page and whose freed memory is not reused at once.
+// The slices a heap may keep now: kKeptSliceBudget, or its share of
+// kKeptSlicesAllHeaps when more threads live than that fits (a pool of a
+// hundred threads that each freed a 1 MiB buffer once and went idle kept
+// 2 MiB apiece). A heap that kept more before others were born keeps it
+// until its own spans turn over.
+uint32_t kept_slice_budget() {
+  uint32_t live = live_heap_count();
+  return live <= kKeptSlicesAllHeaps / kKeptSliceBudget ? kKeptSliceBudget : kKeptSlicesAllHeaps / live;
+}
+
 // Gives a span taken out of a heap's kept spans to the span allocator.
 void kept_span_release(Heap::KeptSpan kept) {
   stats::sub(stats::g_global.large_in_use, kept.counted);
@@ -150,7 +160,9 @@ void kept_span_release(Heap::KeptSpan kept) {
 // alternates between two lengths). `counted`: the bytes its last block
 // still counts in large_in_use.
 void kept_span_add(Heap* heap, Page* span, size_t counted) {
-  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > kKeptSliceBudget)
+  uint32_t budget = kept_slice_budget();
+  if (span->slice_count > budget) return kept_span_release({span, counted});
+  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > budget)
     kept_span_release(kept_span_remove(heap, 0));
   span->large_usable = 0;
   span->sampled = 0;
@@ -182,7 +194,7 @@ bool keep_span(Page* span) {
 // its lines, shared with the consumer's releases, on both sides of every
 // buffer. So the freeing thread hands the span back to the allocating
 // heap, on a lock-free stack the heap empties into its kept spans when it
-// next misses them. At most kKeptSliceBudget slices wait on a heap; beyond
+// next misses them. At most kept_slice_budget() slices wait on a heap; beyond
 // that, and for a heap whose thread has exited, the span goes to the span
 // allocator as before.
 bool return_span_home(Page* span) {
@@ -191,7 +203,7 @@ bool return_span_home(Page* span) {
       home->state.load(std::memory_order_relaxed) != HeapState::kActive)
     return false;
   uint32_t slices = span->slice_count;
-  if (home->returned_slices.fetch_add(slices, std::memory_order_relaxed) + slices > kKeptSliceBudget) {
+  if (home->returned_slices.fetch_add(slices, std::memory_order_relaxed) + slices > kept_slice_budget()) {
     home->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
     return false;
   }

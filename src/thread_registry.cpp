@@ -134,6 +134,7 @@ void thread_heap_teardown(void* arg) {
   t_heap_torn_down = true;
   LockGuard guard(g_registry_lock);
   heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+  g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   // Blocks sent while this thread was collecting, by threads that still saw
   // it active. Any sender whose push comes after this drain's exchange
   // synchronizes with it (acq_rel on both sides), so it sees kOrphan and
@@ -182,11 +183,14 @@ void fork_child() {
     if (h != t_heap && h->state.load(std::memory_order_relaxed) == HeapState::kActive)
       h->state.store(HeapState::kDead, std::memory_order_relaxed);
   }
+  g_live_heaps.store(t_heap != &g_empty_heap && t_heap->state.load(std::memory_order_relaxed) == HeapState::kActive,
+                     std::memory_order_relaxed);
 }
 
 }  // namespace
 
 XALLOC_STARTUP_DATA std::atomic<bool> g_process_ready{false};
+XALLOC_STARTUP_DATA std::atomic<uint32_t> g_live_heaps{0};
 
 void process_init() {
   // The initialising thread's own allocations (glibc allocates in
@@ -238,6 +242,7 @@ Heap* thread_heap_acquire() {
     if (heap == nullptr) heap = new_heap_locked();
     if (heap == nullptr) return nullptr;
     heap->state.store(HeapState::kActive, std::memory_order_relaxed);
+    g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   heap->thread_id = os::thread_id();
   t_heap = heap;

@@ -17,6 +17,11 @@ inline void ensure_process_init() {
   if (__builtin_expect(!g_process_ready.load(std::memory_order_acquire), 0)) process_init();
 }
 
+// Heaps owned by live threads (adopted and not yet torn down); written
+// under the registry lock.
+extern std::atomic<uint32_t> g_live_heaps;
+inline uint32_t live_heap_count() { return g_live_heaps.load(std::memory_order_relaxed); }
+
 // The calling thread's heap, created or adopted now if it has none. Null
 // when the OS has no memory for a heap, and for a thread whose heap is
 // already torn down (see late_alloc).

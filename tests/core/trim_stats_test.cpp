@@ -648,3 +648,45 @@ TEST(SlabPool, SlabsEmptiedByOneThreadServeAnother) {
   }).join();
   xalloc_trim(0);
 }
+
+// Many live threads share one budget: each heap keeps its share of
+// kKeptSlicesAllHeaps once more than 16 threads live, so a pool of idle
+// threads that each freed a few large blocks holds 32 MiB of spans at most,
+// not 2 MiB apiece.
+TEST(KeptSpans, ManyLiveThreadsShareOneBudget) {
+  constexpr unsigned kThreads = 48;
+  constexpr size_t kSize = 4 * kSlice - 4096;  // four slices
+  static_assert(kThreads * 4 * 4 > xalloc::kKeptSlicesAllHeaps, "without the shared budget the test would pass");
+  std::atomic<unsigned> started{0}, done{0};
+  std::atomic<bool> finish{false};
+  std::vector<xalloc::Heap*> heaps(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      void* first = xalloc_malloc(16);  // a heap now, counted live before anyone keeps
+      started++;
+      while (started.load() != kThreads) std::this_thread::yield();
+      void* blocks[4];
+      for (void*& p : blocks) {
+        p = xalloc_malloc(kSize);
+        if (p != nullptr) std::memset(p, 1, 4096);
+      }
+      for (void* p : blocks) xalloc_free(p);
+      heaps[t] = xalloc::t_heap;
+      done++;
+      while (!finish.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      xalloc_free(first);
+    });
+  }
+  while (done.load() != kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  uint32_t kept = 0, most = 0;
+  for (xalloc::Heap* heap : heaps) {
+    kept += heap->kept_slices;
+    most = std::max(most, heap->kept_slices);
+  }
+  finish = true;
+  for (auto& t : threads) t.join();
+  EXPECT_LE(kept, xalloc::kKeptSlicesAllHeaps) << "the threads' heaps kept " << kept << " slices";
+  EXPECT_LE(most, xalloc::kKeptSlicesAllHeaps / kThreads);
+  EXPECT_GT(kept, 0u) << "no heap kept its spans";
+}
