@@ -15,6 +15,11 @@
  *   handoff        one thread fills 100,000-byte buffers and hands them
  *                  through a queue of 8 to another, which checks and frees
  *                  them (200,000 buffers)
+ *   idle-pool      64 threads take turns to fill and free a 1 MiB and a
+ *                  256 KiB buffer, then stay idle until all have had their
+ *                  turn (a thread pool): the peak RSS is what idle threads
+ *                  hold on to, since each turn could reuse the last one's
+ *                  memory
  *
  * usage: patterns <name>
  * prints: time_s (the loop), peak_rss_kb.
@@ -117,8 +122,39 @@ static void handoff(void) {
   pthread_join(consumer, NULL);
 }
 
+/* idle-pool: threads that each use a buffer once, one after another, and
+ * stay alive. */
+enum { POOL = 64 };
+static _Atomic unsigned g_turn;
+
+static void fill_and_free(size_t size, unsigned seed) {
+  unsigned char *p = (unsigned char *)malloc(size);
+  if (p == NULL) xb_fail("malloc(%zu) returned NULL", size);
+  memset(p, (int)seed, size);
+  if (p[size / 2] != (unsigned char)seed) xb_fail("buffer was corrupted");
+  free(p);
+}
+
+static void *pool_worker(void *arg) {
+  unsigned me = (unsigned)(uintptr_t)arg;
+  unsigned spins = 0;
+  while (atomic_load_explicit(&g_turn, memory_order_acquire) != me) xb_pause(&spins);
+  fill_and_free((size_t)1 << 20, me);
+  fill_and_free((size_t)256 << 10, me + 1);
+  atomic_store_explicit(&g_turn, me + 1, memory_order_release);
+  while (atomic_load_explicit(&g_turn, memory_order_acquire) != POOL) xb_pause(&spins);
+  return NULL;
+}
+
+static void idle_pool(void) {
+  pthread_t threads[POOL];
+  for (unsigned i = 0; i < POOL; i++)
+    if (pthread_create(&threads[i], NULL, pool_worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
+  for (unsigned i = 0; i < POOL; i++) pthread_join(threads[i], NULL);
+}
+
 int main(int argc, char **argv) {
-  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff>");
+  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff|idle-pool>");
   xb_init();
   if (argc != 2) return XB_EXIT_USAGE;
   const char *name = argv[1];
@@ -130,6 +166,7 @@ int main(int argc, char **argv) {
   else if (strcmp(name, "memalign-64") == 0) memalign_64();
   else if (strcmp(name, "realloc-byte") == 0) realloc_byte();
   else if (strcmp(name, "handoff") == 0) handoff();
+  else if (strcmp(name, "idle-pool") == 0) idle_pool();
   else {
     fprintf(stderr, "patterns: unknown pattern \"%s\"\n", name);
     return XB_EXIT_USAGE;
