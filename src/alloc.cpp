@@ -347,7 +347,7 @@ size_t trim() {
   }
   orphans_collect_all();
   slab_pool::release_all();
-  returned_spans_reclaim(true, 0);
+  reclaim_idle_spans(true, 0);
   size_t released = g_spans.purge(true);
   released += huge_cache_purge(true, 0);
   return released;

@@ -339,7 +339,7 @@ void heap_periodic(Heap* heap) {
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   uint64_t now = os::monotonic_ms();
   slab_pool::release_idle(now);
-  returned_spans_reclaim(false, now);
+  reclaim_idle_spans(false, now);
   g_spans.maybe_purge(now);
   huge_cache_maybe_purge(now);
 }

@@ -109,10 +109,19 @@ struct alignas(64) Heap {
     Page* span;
     size_t counted;
   };
+  // They are the heap's thread's, but for the pass that gives back the
+  // spans of a thread that stopped using them (reclaim_idle_spans in
+  // large.cpp), which claims them first: the thread marks itself busy
+  // while it uses them, and does without them the times they are claimed
+  // (an asymmetric fence, large.cpp). The counts may be read at any time.
   KeptSpan kept_spans[kKeptSpanSlots];
-  uint32_t kept_span_count;
-  uint32_t kept_slices;
-  uint32_t kept_since;  // slow_calls when one was last kept or taken
+  std::atomic<uint32_t> kept_span_count;
+  std::atomic<uint32_t> kept_slices;
+  std::atomic<uint32_t> kept_busy;     // written by the heap's thread
+  std::atomic<uint32_t> kept_claimed;  // written by the pass
+  std::atomic<uint32_t> kept_changes;  // spans kept so far (written by the heap's thread)
+  uint32_t kept_seen;   // kept_changes at the last pass (the pass's own)
+  uint32_t kept_since;  // slow_calls when one was last kept or taken (the heap's thread's own)
   std::atomic<size_t> kept_counted;
 
   Outbox outbox;
@@ -185,7 +194,7 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
       sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
-      kept_slices(0), kept_since(0), kept_counted(0), outbox{},
+      kept_slices(0), kept_busy(0), kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif

@@ -111,13 +111,37 @@ void set_large(Page* span, size_t usable, bool is_zero) {
   stats::note_in_use();
 }
 
+// A heap's kept spans are its thread's, but for the pass that gives back
+// those of a thread that stopped using them (reclaim_idle_spans). Their
+// thread uses them many times a second, the pass once per purge delay, so
+// the thread's side of the exclusion has no locked instruction: it marks
+// itself busy, then looks for a claim (a store, then a load, which the
+// processor may reorder); the pass claims, then makes every processor
+// running one of the process's threads execute a full barrier
+// (os::process_wide_barrier), then looks at the busy mark. After that
+// barrier, a thread that had marked itself busy is seen busy, and one that
+// had not will see the claim: the pass takes the spans only of a heap seen
+// not busy, and a thread that sees its spans claimed does without them.
+// (Release and acquire on the marks: each side sees the list as the other
+// left it.)
+bool kept_enter(Heap* heap) {
+  heap->kept_busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's part of the fence
+  if (XALLOC_LIKELY(heap->kept_claimed.load(std::memory_order_acquire) == 0)) return true;
+  heap->kept_busy.store(0, std::memory_order_release);
+  return false;
+}
+void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
+
 // Takes kept span `i` out of `heap`'s list, with the bytes its last block
 // still counts in use.
-Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
+XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
   Heap::KeptSpan kept = heap->kept_spans[i];
-  for (uint32_t j = i + 1; j < heap->kept_span_count; ++j) heap->kept_spans[j - 1] = heap->kept_spans[j];
-  heap->kept_span_count--;
-  heap->kept_slices -= kept.span->slice_count;
+  uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed);
+  for (uint32_t j = i + 1; j < count; ++j) heap->kept_spans[j - 1] = heap->kept_spans[j];
+  heap->kept_span_count.store(count - 1, std::memory_order_relaxed);
+  heap->kept_slices.store(heap->kept_slices.load(std::memory_order_relaxed) - kept.span->slice_count,
+                          std::memory_order_relaxed);
   heap->kept_since = heap->slow_calls;
   heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) - kept.counted,
                            std::memory_order_relaxed);
@@ -139,6 +163,7 @@ Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // heap's thread exits or trims, or after kSpareLifetime slow paths unused
 // (heap.cpp). Not in the secure build, whose large blocks carry a guard
 // page and whose freed memory is not reused at once.
+
 // The slices a heap may keep now: kKeptSliceBudget, or its share of
 // kKeptSlicesAllHeaps when more threads live than that fits (a pool of a
 // hundred threads that each freed a 1 MiB buffer once and went idle kept
@@ -155,19 +180,45 @@ void kept_span_release(Heap::KeptSpan kept) {
   g_spans.release(kept.span);
 }
 
+// Gives every kept span of `heap` to the span allocator (under its lock).
+void kept_release_all(Heap* heap) {
+  for (uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed); count != 0;) {
+    kept_span_release(heap->kept_spans[--count]);
+    heap->kept_span_count.store(count, std::memory_order_relaxed);
+  }
+  heap->kept_slices.store(0, std::memory_order_relaxed);
+  heap->kept_counted.store(0, std::memory_order_relaxed);
+}
+
+// Releases `heap`'s oldest kept spans until there is a free slot and room
+// for `slices` more within `budget`.
+XALLOC_NOINLINE void kept_make_room(Heap* heap, uint32_t slices, uint32_t budget) {
+  while (heap->kept_span_count.load(std::memory_order_relaxed) == kKeptSpanSlots ||
+         heap->kept_slices.load(std::memory_order_relaxed) + slices > budget)
+    kept_span_release(kept_span_remove(heap, 0));
+}
+
 // Adds `span` to `heap`'s kept spans, the oldest making room: the span
 // freed last is the likeliest to be asked for again (a buffer that
 // alternates between two lengths). `counted`: the bytes its last block
 // still counts in large_in_use.
 void kept_span_add(Heap* heap, Page* span, size_t counted) {
   uint32_t budget = kept_slice_budget();
-  if (span->slice_count > budget) return kept_span_release({span, counted});
-  while (heap->kept_span_count == kKeptSpanSlots || heap->kept_slices + span->slice_count > budget)
-    kept_span_release(kept_span_remove(heap, 0));
+  uint32_t slices = span->slice_count;
+  if (XALLOC_UNLIKELY(slices > budget)) return kept_span_release({span, counted});
+  uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed);
+  uint32_t kept = heap->kept_slices.load(std::memory_order_relaxed);
+  if (XALLOC_UNLIKELY(count == kKeptSpanSlots || kept + slices > budget)) {
+    kept_make_room(heap, slices, budget);
+    count = heap->kept_span_count.load(std::memory_order_relaxed);
+    kept = heap->kept_slices.load(std::memory_order_relaxed);
+  }
   span->large_usable = 0;
   span->sampled = 0;
-  heap->kept_spans[heap->kept_span_count++] = {span, counted};
-  heap->kept_slices += span->slice_count;
+  heap->kept_spans[count] = {span, counted};
+  heap->kept_span_count.store(count + 1, std::memory_order_relaxed);
+  heap->kept_slices.store(kept + slices, std::memory_order_relaxed);
+  heap->kept_changes.store(heap->kept_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   heap->kept_since = heap->slow_calls;
   heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
 }
@@ -179,8 +230,9 @@ bool keep_span(Page* span) {
   // memory).
   Heap* heap = t_heap;
   if (heap == &g_empty_heap && (heap = thread_heap_acquire()) == nullptr) return false;
-  if (heap->state.load(std::memory_order_relaxed) != HeapState::kActive) return false;
+  if (heap->state.load(std::memory_order_relaxed) != HeapState::kActive || !kept_enter(heap)) return false;
   kept_span_add(heap, span, span->large_usable);
+  kept_exit(heap);
   // A thread that only takes and keeps spans still does the periodic work
   // (purging what it and others freed), as its slow paths would.
   heap_tick(heap);
@@ -239,7 +291,8 @@ void returned_spans_drain(Heap* heap, Fn&& fn) {
   if (slices != 0) heap->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
 }
 
-// The heap's thread missed its kept spans: the returned ones join them.
+// The heap's thread missed its kept spans: the returned ones join them
+// (under the kept spans' lock).
 void returned_spans_collect(Heap* heap) {
   returned_spans_drain(heap, [heap](Page* span) { kept_span_add(heap, span, 0); });
 }
@@ -249,11 +302,12 @@ void returned_spans_collect(Heap* heap) {
 // longer (a buffer asked for again a little smaller - the next line, frame
 // or record - reuses the span rather than taking the shared allocator's
 // lock twice; 150 ns a malloc/free pair of 512 KiB against 25). Taken out
-// of `heap` for a block of `usable` bytes; null if there is none.
-Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
+// of `heap` for a block of `usable` bytes (under its lock); null if there
+// is none.
+XALLOC_INLINE Page* take_kept_span_locked(Heap* heap, size_t slices, size_t usable) {
   uint32_t found = kKeptSpanSlots;
   size_t longest = slices + slices / 8;
-  for (uint32_t i = heap->kept_span_count; i-- > 0;) {
+  for (uint32_t i = heap->kept_span_count.load(std::memory_order_relaxed); i-- > 0;) {
     size_t length = heap->kept_spans[i].span->slice_count;
     if (length < slices || length > longest) continue;
     found = i;
@@ -270,6 +324,23 @@ Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
     if (usable > kept.counted) stats::note_in_use();
   }
   return kept.span;
+}
+
+// take_kept_span_locked, after the spans others handed back when the kept
+// ones have none. A heap that has neither (g_empty_heap among them) is not
+// written to.
+XALLOC_NOINLINE Page* take_returned_span_locked(Heap* heap, size_t slices, size_t usable) {
+  returned_spans_collect(heap);
+  return take_kept_span_locked(heap, slices, usable);
+}
+
+Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
+  bool returned = heap->returned_spans.load(std::memory_order_relaxed) != nullptr;
+  if ((heap->kept_span_count.load(std::memory_order_relaxed) == 0 && !returned) || !kept_enter(heap)) return nullptr;
+  Page* span = take_kept_span_locked(heap, slices, usable);
+  if (XALLOC_UNLIKELY(span == nullptr) && returned) span = take_returned_span_locked(heap, slices, usable);
+  kept_exit(heap);
+  return span;
 }
 
 // --- huge -------------------------------------------------------------------
@@ -424,10 +495,6 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   }
   if (extra == 0) {
     Page* span = take_kept_span(heap, slices, usable);
-    if (span == nullptr && heap->returned_spans.load(std::memory_order_relaxed) != nullptr) {
-      returned_spans_collect(heap);
-      span = take_kept_span(heap, slices, usable);
-    }
     if (span != nullptr) {
       span->large_home = heap;
       void* block = reinterpret_cast<void*>(span->start);
@@ -467,44 +534,80 @@ void returned_spans_release(Heap* heap) {
 }
 
 // A thread that has gone idle - blocked, or done with large blocks - never
-// collects the spans others hand back to it. So, once per purge delay, the
-// periodic work of any thread (or the background purger) gives the span
-// allocator every stack whose head has not changed since the pass before:
-// spans that waited at least a whole delay. A head that only looks
-// unchanged (drained and pushed again in between) sends its spans back
-// early, which costs their home a trip to the span allocator and nothing
-// else: the home and the pass both take the stack with one exchange.
-XALLOC_STARTUP_DATA std::atomic<uint64_t> g_returned_next_pass_ms{0};
-XALLOC_STARTUP_DATA std::atomic<bool> g_returned_pass_running{false};
+// collects the spans others hand back to it, nor gives back the spans it
+// keeps. So, once per purge delay, the periodic work of any thread (or the
+// background purger) gives the span allocator every returned stack whose
+// head has not changed since the pass before, and the kept spans of every
+// heap that has kept none since the pass before: spans unused for at least
+// a whole delay. (A thread that only takes its kept spans may lose the
+// rest early, and a head that only looks unchanged - drained and pushed
+// again in between - sends its spans back early: either costs a trip to
+// the span allocator and nothing else. The home and the pass both take a
+// stack with one exchange; kept spans are claimed first, kept_enter.)
+XALLOC_STARTUP_DATA std::atomic<uint64_t> g_reclaim_next_pass_ms{0};
+XALLOC_STARTUP_DATA std::atomic<bool> g_reclaim_pass_running{false};
 
-void returned_spans_reclaim(bool force, uint64_t now_ms) {
-  if (!force && now_ms < g_returned_next_pass_ms.load(std::memory_order_relaxed)) return;
-  if (g_returned_pass_running.exchange(true, std::memory_order_acquire)) return;
+void reclaim_returned_spans(Heap* heap, bool force) {
+  Page* head = heap->returned_spans.load(std::memory_order_relaxed);
+  Page* seen = heap->returned_seen.load(std::memory_order_relaxed);
+  if (head != nullptr && (force || head == seen)) {
+    returned_spans_release(heap);
+    head = nullptr;
+  }
+  if (head != seen) heap->returned_seen.store(head, std::memory_order_relaxed);
+}
+
+// Claims the kept spans of `heap` if it has kept none since the
+// pass before (any, with `force`); true if it did.
+bool claim_idle_kept_spans(Heap* heap, bool force) {
+  uint32_t changes = heap->kept_changes.load(std::memory_order_relaxed);
+  bool idle = force || changes == heap->kept_seen;
+  heap->kept_seen = changes;
+  if (!idle || heap->kept_span_count.load(std::memory_order_relaxed) == 0) return false;
+  heap->kept_claimed.store(1, std::memory_order_relaxed);
+  return true;
+}
+
+// After the barrier: the claimed spans of a heap whose thread is not
+// using them go back; the claim is lifted either way.
+void release_claimed_kept_spans(Heap* heap, bool barrier_done) {
+  if (heap->kept_claimed.load(std::memory_order_relaxed) == 0) return;
+  if (barrier_done && heap->kept_busy.load(std::memory_order_acquire) == 0) kept_release_all(heap);
+  heap->kept_claimed.store(0, std::memory_order_release);
+}
+
+void reclaim_idle_spans(bool force, uint64_t now_ms) {
+  if (!force && now_ms < g_reclaim_next_pass_ms.load(std::memory_order_relaxed)) return;
+  if (g_reclaim_pass_running.exchange(true, std::memory_order_acquire)) return;
   uint64_t period = g_options.purge_delay_ms > kReclaimPassMinMs ? g_options.purge_delay_ms : kReclaimPassMinMs;
-  g_returned_next_pass_ms.store(now_ms + period, std::memory_order_relaxed);
-  for_each_heap([force](Heap* heap) {
-    Page* head = heap->returned_spans.load(std::memory_order_relaxed);
-    Page* seen = heap->returned_seen.load(std::memory_order_relaxed);
-    if (head != nullptr && (force || head == seen)) {
-      returned_spans_release(heap);
-      head = nullptr;
-    }
-    if (head != seen) heap->returned_seen.store(head, std::memory_order_relaxed);
+  g_reclaim_next_pass_ms.store(now_ms + period, std::memory_order_relaxed);
+  bool claimed = false;
+  for_each_heap([force, &claimed](Heap* heap) {
+    reclaim_returned_spans(heap, force);
+    claimed |= claim_idle_kept_spans(heap, force);
   });
-  g_returned_pass_running.store(false, std::memory_order_release);
+  if (claimed) {
+    bool barrier_done = os::process_wide_barrier();
+    for_each_heap([barrier_done](Heap* heap) { release_claimed_kept_spans(heap, barrier_done); });
+  }
+  g_reclaim_pass_running.store(false, std::memory_order_release);
 }
 
 // A pass another thread was running when the process forked never ends in
 // the child.
-void returned_spans_reset_after_fork_child() { g_returned_pass_running.store(false, std::memory_order_relaxed); }
+void reclaim_reset_after_fork_child() {
+  g_reclaim_pass_running.store(false, std::memory_order_relaxed);
+  for_each_heap([](Heap* heap) { heap->kept_claimed.store(0, std::memory_order_relaxed); });
+  os::process_wide_barrier_reset_after_fork_child();
+}
 
 void kept_spans_release(Heap* heap) {
   if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
-  // (Not a write to g_empty_heap, which every thread without a heap shares.)
-  if (heap->kept_span_count == 0) return;
-  while (heap->kept_span_count != 0) kept_span_release(heap->kept_spans[--heap->kept_span_count]);
-  heap->kept_slices = 0;
-  heap->kept_counted.store(0, std::memory_order_relaxed);
+  // (Not a write to g_empty_heap, which every thread without a heap shares.
+  // A lock held by the reclaim pass: the pass is giving them back.)
+  if (heap->kept_span_count.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return;
+  kept_release_all(heap);
+  kept_exit(heap);
 }
 
 void large_free(Page* page) {
@@ -757,9 +860,9 @@ size_t huge_cache_purge(bool force, uint64_t now_ms) {
 
 bool release_cached_memory() {
   Heap* heap = t_heap;
-  size_t released = size_t{heap->kept_slices} << kSliceShift;
+  size_t released = size_t{heap->kept_slices.load(std::memory_order_relaxed)} << kSliceShift;
   kept_spans_release(heap);
-  returned_spans_reclaim(true, 0);
+  reclaim_idle_spans(true, 0);
   released += slab_pool::release_all();
   released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);

@@ -68,7 +68,7 @@ void* purger_main(void*) {
     nanosleep(&pause, nullptr);
     uint64_t now = os::monotonic_ms();
     slab_pool::release_idle(now);
-    returned_spans_reclaim(false, now);
+    reclaim_idle_spans(false, now);
     g_spans.maybe_purge(now);
     huge_cache_maybe_purge(now);
   }
@@ -169,7 +169,7 @@ void fork_child() {
   g_spans.reset_after_fork_child();
   slab_pool::reset_after_fork_child();
   huge_cache_reset_after_fork_child();
-  returned_spans_reset_after_fork_child();
+  reclaim_reset_after_fork_child();
   g_registry_lock.reset_after_fork();
   stack_trace_release_after_fork();
   prof::reset_after_fork_child();

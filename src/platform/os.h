@@ -55,6 +55,16 @@ void yield_cpu();
 void futex_wait(const volatile uint32_t* word, uint32_t expected);
 void futex_wake_one(const volatile uint32_t* word);
 
+// A full memory barrier on every processor that runs a thread of this
+// process, issued from one thread (membarrier's private expedited
+// command): the other side of an asymmetric fence, whose common side
+// needs only the compiler's ordering. False when the kernel cannot (the
+// first call registers the process; before Linux 4.14, or forbidden by a
+// seccomp filter, it never can).
+bool process_wide_barrier();
+// The registration does not survive fork().
+void process_wide_barrier_reset_after_fork_child();
+
 uint64_t thread_id();
 uint64_t process_id();
 uint64_t monotonic_ms();

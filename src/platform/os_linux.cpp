@@ -4,11 +4,13 @@
 #include "config.h"
 
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -178,6 +180,23 @@ uint64_t monotonic_ns() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+namespace {
+enum : int { kBarrierUnknown = 0, kBarrierReady = 1, kBarrierUnavailable = 2 };
+std::atomic<int> g_barrier_state{kBarrierUnknown};
+}  // namespace
+
+bool process_wide_barrier() {
+  int state = g_barrier_state.load(std::memory_order_relaxed);
+  if (state == kBarrierUnknown) {
+    bool registered = raw_syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    state = registered ? kBarrierReady : kBarrierUnavailable;
+    g_barrier_state.store(state, std::memory_order_relaxed);
+  }
+  return state == kBarrierReady && raw_syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+void process_wide_barrier_reset_after_fork_child() { g_barrier_state.store(kBarrierUnknown, std::memory_order_relaxed); }
 
 uint64_t monotonic_ms() {
   struct timespec ts;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "heap.h"
+#include "platform/os.h"
 #include "segment.h"
 #include "slab.h"
 #include "slab_pool.h"
@@ -381,17 +382,20 @@ TEST(KeptSpans, ReturnedSpansAreBoundedAndNeverStrandedOnAnExitedThread) {
   xalloc_free(small);
 }
 
-// A thread that has gone idle does not sit on the spans other threads hand
-// back to it: another thread's periodic work gives them to the span
-// allocator once they have waited a whole purge delay (500 ms), and
-// malloc_trim at once.
-TEST(KeptSpans, SpansHandedBackToAnIdleThreadAreReclaimed) {
+// A thread that has gone idle does not sit on spans: neither those it
+// keeps from its own frees nor those other threads hand back to it.
+// Another thread's periodic work gives them to the span allocator once
+// they have gone unused for a whole purge delay (500 ms), and malloc_trim
+// at once. (Kept spans only where the kernel has membarrier.)
+TEST(KeptSpans, SpansOfAnIdleThreadAreReclaimed) {
+  const bool kept_reclaimable = xalloc::os::process_wide_barrier();
   std::atomic<int> phase{0};
   std::vector<void*> blocks;
   xalloc::Heap* idle = nullptr;
   std::thread owner([&] {
     for (int round = 0; round < 2; ++round) {
       for (int i = 0; i < 3; ++i) blocks.push_back(xalloc_malloc(2 * kSlice));
+      xalloc_free(xalloc_malloc(5 * kSlice));  // kept by this thread
       idle = xalloc::t_heap;
       phase.store(2 * round + 1);
       while (phase.load() != 2 * round + 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -403,25 +407,30 @@ TEST(KeptSpans, SpansHandedBackToAnIdleThreadAreReclaimed) {
     blocks.clear();
     return idle->returned_slices.load();
   };
+  auto held = [&] { return idle->returned_slices.load() + (kept_reclaimable ? idle->kept_slices.load() : 0); };
 
   ASSERT_EQ(hand_back(1), 6u) << "the spans did not go back to their allocating thread";
+  ASSERT_EQ(idle->kept_slices.load(), 5u) << "the thread did not keep the span it freed";
   // Slow paths of this thread run the periodic work: slabs of 48-byte
   // blocks filled and emptied.
   auto start = std::chrono::steady_clock::now();
   std::vector<void*> churn(20000);
-  while (idle->returned_slices.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+  while (held() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
     for (void*& p : churn) p = xalloc_malloc(48);
     for (void* p : churn) xalloc_free(p);
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(idle->returned_slices.load(), 0u) << "spans stayed with the idle thread for " << waited << " s";
+  EXPECT_EQ(idle->returned_slices.load(), 0u) << "handed-back spans stayed with the idle thread for " << waited << " s";
+  EXPECT_EQ(idle->kept_slices.load(), kept_reclaimable ? 0u : 5u) << "kept spans after " << waited << " s";
   EXPECT_GE(waited, 0.45) << "spans were taken from their thread before a purge delay";
   phase.store(2);
 
   ASSERT_EQ(hand_back(3), 6u);
+  ASSERT_EQ(idle->kept_slices.load(), 5u);
   xalloc_trim(0);
   EXPECT_EQ(idle->returned_slices.load(), 0u) << "malloc_trim left another thread's returned spans";
   EXPECT_EQ(idle->returned_spans.load(), nullptr);
+  EXPECT_EQ(idle->kept_slices.load(), kept_reclaimable ? 0u : 5u) << "malloc_trim and another thread's kept spans";
   phase.store(4);
   owner.join();
 }
@@ -681,8 +690,8 @@ TEST(KeptSpans, ManyLiveThreadsShareOneBudget) {
   while (done.load() != kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   uint32_t kept = 0, most = 0;
   for (xalloc::Heap* heap : heaps) {
-    kept += heap->kept_slices;
-    most = std::max(most, heap->kept_slices);
+    kept += heap->kept_slices.load();
+    most = std::max(most, heap->kept_slices.load());
   }
   finish = true;
   for (auto& t : threads) t.join();
