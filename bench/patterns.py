@@ -36,8 +36,9 @@ PATTERNS = ["two-lengths", "span-1mib", "calloc-sparse", "calloc-full", "memalig
             "idle-pool"]
 
 
-def run_once(bin_dir: str, pattern: str, preload: str, report: str) -> tuple[float, int]:
-    """The loop's time and the run's peak RSS in KiB. Started through
+def run_once(bin_dir: str, pattern: str, preload: str, report: str) -> tuple[float, int, int | None]:
+    """The loop's time, the run's peak RSS in KiB and, where the pattern
+    reports it, its RSS at the end (rss_later_kb). Started through
     xbench_launch, whose child's peak RSS does not include this script's
     (ru_maxrss survives exec: see common/launch.c)."""
     env = dict(os.environ)
@@ -51,7 +52,8 @@ def run_once(bin_dir: str, pattern: str, preload: str, report: str) -> tuple[flo
     if p.returncode != 0 or usage.get("exit") != "0":
         raise RuntimeError(f"{pattern} under {preload or 'glibc'}: {usage} {p.stderr.strip()}")
     values = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-    return float(values["time_s"]), int(usage["maxrss_kb"])
+    later = int(values["rss_later_kb"]) if "rss_later_kb" in values else None
+    return float(values["time_s"]), int(usage["maxrss_kb"]), later
 
 
 def main() -> int:
@@ -78,13 +80,16 @@ def main() -> int:
 
     times: dict[tuple[str, str], list[float]] = {}
     rss: dict[tuple[str, str], list[int]] = {}
+    later: dict[tuple[str, str], list[int]] = {}
     report = os.path.join(tempfile.mkdtemp(prefix="xbench-patterns-"), "usage")
     for r in range(args.rounds):
         for pattern in patterns:
             for n in (names if r % 2 == 0 else names[::-1]):
-                seconds, peak = run_once(bin_dir, pattern, preload[n], report)
+                seconds, peak, at_end = run_once(bin_dir, pattern, preload[n], report)
                 times.setdefault((pattern, n), []).append(seconds)
                 rss.setdefault((pattern, n), []).append(peak)
+                if at_end is not None:
+                    later.setdefault((pattern, n), []).append(at_end)
     shutil.rmtree(os.path.dirname(report), ignore_errors=True)
     print(f"medians of {args.rounds} rounds: loop time in seconds / peak RSS in MiB\n")
     print("| pattern | " + " | ".join(names) + " |")
@@ -93,6 +98,9 @@ def main() -> int:
         cells = [f"{statistics.median(times[(pattern, n)]):.3f} / {statistics.median(rss[(pattern, n)]) / 1024:.1f}"
                  for n in names]
         print(f"| {pattern} | " + " | ".join(cells) + " |", flush=True)
+        if all((pattern, n) in later for n in names):
+            cells = [f"{statistics.median(later[(pattern, n)]) / 1024:.1f}" for n in names]
+            print(f"| {pattern}: RSS at the end (MiB) | " + " | ".join(cells) + " |", flush=True)
     return 0
 
 
