@@ -180,7 +180,8 @@ void kept_span_release(Heap::KeptSpan kept) {
   g_spans.release(kept.span);
 }
 
-// Gives every kept span of `heap` to the span allocator (under its lock).
+// Gives every kept span of `heap` to the span allocator (its thread,
+// between kept_enter and kept_exit, or the pass, after its barrier).
 void kept_release_all(Heap* heap) {
   for (uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed); count != 0;) {
     kept_span_release(heap->kept_spans[--count]);
@@ -292,7 +293,7 @@ void returned_spans_drain(Heap* heap, Fn&& fn) {
 }
 
 // The heap's thread missed its kept spans: the returned ones join them
-// (under the kept spans' lock).
+// (between kept_enter and kept_exit).
 void returned_spans_collect(Heap* heap) {
   returned_spans_drain(heap, [heap](Page* span) { kept_span_add(heap, span, 0); });
 }
@@ -302,9 +303,9 @@ void returned_spans_collect(Heap* heap) {
 // longer (a buffer asked for again a little smaller - the next line, frame
 // or record - reuses the span rather than taking the shared allocator's
 // lock twice; 150 ns a malloc/free pair of 512 KiB against 25). Taken out
-// of `heap` for a block of `usable` bytes (under its lock); null if there
-// is none.
-XALLOC_INLINE Page* take_kept_span_locked(Heap* heap, size_t slices, size_t usable) {
+// of `heap` for a block of `usable` bytes (between kept_enter and
+// kept_exit); null if there is none.
+XALLOC_INLINE Page* pick_kept_span(Heap* heap, size_t slices, size_t usable) {
   uint32_t found = kKeptSpanSlots;
   size_t longest = slices + slices / 8;
   for (uint32_t i = heap->kept_span_count.load(std::memory_order_relaxed); i-- > 0;) {
@@ -326,19 +327,21 @@ XALLOC_INLINE Page* take_kept_span_locked(Heap* heap, size_t slices, size_t usab
   return kept.span;
 }
 
-// take_kept_span_locked, after the spans others handed back when the kept
-// ones have none. A heap that has neither (g_empty_heap among them) is not
-// written to.
-XALLOC_NOINLINE Page* take_returned_span_locked(Heap* heap, size_t slices, size_t usable) {
+// pick_kept_span again once the spans others handed back have joined the
+// kept ones.
+XALLOC_NOINLINE Page* pick_returned_span(Heap* heap, size_t slices, size_t usable) {
   returned_spans_collect(heap);
-  return take_kept_span_locked(heap, slices, usable);
+  return pick_kept_span(heap, slices, usable);
 }
 
+// A kept span for the heap's thread (pick_kept_span), or one handed back
+// by another thread. A heap that has neither (g_empty_heap among them) is
+// not written to.
 Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
   bool returned = heap->returned_spans.load(std::memory_order_relaxed) != nullptr;
   if ((heap->kept_span_count.load(std::memory_order_relaxed) == 0 && !returned) || !kept_enter(heap)) return nullptr;
-  Page* span = take_kept_span_locked(heap, slices, usable);
-  if (XALLOC_UNLIKELY(span == nullptr) && returned) span = take_returned_span_locked(heap, slices, usable);
+  Page* span = pick_kept_span(heap, slices, usable);
+  if (XALLOC_UNLIKELY(span == nullptr) && returned) span = pick_returned_span(heap, slices, usable);
   kept_exit(heap);
   return span;
 }
@@ -562,7 +565,7 @@ void reclaim_returned_spans(Heap* heap, bool force) {
 bool claim_idle_kept_spans(Heap* heap, bool force) {
   uint32_t changes = heap->kept_changes.load(std::memory_order_relaxed);
   bool idle = force || changes == heap->kept_seen;
-  heap->kept_seen = changes;
+  if (changes != heap->kept_seen) heap->kept_seen = changes;  // (no write to a line the thread may be using)
   if (!idle || heap->kept_span_count.load(std::memory_order_relaxed) == 0) return false;
   heap->kept_claimed.store(1, std::memory_order_relaxed);
   return true;
@@ -604,7 +607,7 @@ void reclaim_reset_after_fork_child() {
 void kept_spans_release(Heap* heap) {
   if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
   // (Not a write to g_empty_heap, which every thread without a heap shares.
-  // A lock held by the reclaim pass: the pass is giving them back.)
+  // Claimed by the reclaim pass: the pass is giving them back.)
   if (heap->kept_span_count.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return;
   kept_release_all(heap);
   kept_exit(heap);
