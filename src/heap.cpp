@@ -337,11 +337,7 @@ void heap_periodic(Heap* heap) {
   if (heap->slow_calls - heap->kept_since >= kSpareLifetime) kept_spans_release(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
-  uint64_t now = os::monotonic_ms();
-  slab_pool::release_idle(now);
-  reclaim_idle_spans(false, now);
-  g_spans.maybe_purge(now);
-  huge_cache_maybe_purge(now);
+  purge_idle_memory(os::monotonic_ms());
 }
 
 #if defined(XALLOC_DEBUG_CHECKS)
@@ -566,6 +562,13 @@ void drain_inbox(Heap* heap) {
 }
 
 }  // namespace
+
+void purge_idle_memory(uint64_t now_ms) {
+  slab_pool::release_idle(now_ms);
+  reclaim_idle_spans(false, now_ms);
+  g_spans.maybe_purge(now_ms);
+  huge_cache_maybe_purge(now_ms);
+}
 
 void heap_tick(Heap* heap) {
   if ((++heap->slow_calls & 15) == 0) heap_periodic(heap);

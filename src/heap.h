@@ -181,8 +181,8 @@ struct alignas(64) Heap {
   // linked through Page::next, and the slices on it.
   std::atomic<Page*> returned_spans;
   std::atomic<uint32_t> returned_slices;
-  // The stack's head at the last reclaim pass (returned_spans_reclaim):
-  // written only by that pass.
+  // The stack's head at the last reclaim pass (reclaim_idle_spans in
+  // large.cpp): written only by that pass.
   std::atomic<Page*> returned_seen;
 };
 
@@ -349,5 +349,9 @@ void heap_release_spares(Heap* heap);
 // work: expiring spares and kept spans, sending the outbox, purging memory
 // past its delay.
 void heap_tick(Heap* heap);
+// The process-wide part of the periodic work, also the background purger's
+// (thread_registry.cpp): idle pooled slabs, spans of idle threads, and
+// free memory past its delay.
+void purge_idle_memory(uint64_t now_ms);
 
 }  // namespace xalloc

@@ -160,8 +160,9 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // that allocates gigabytes). A kept span stays a large span with no usable
 // bytes: a second free of its block is reported, and the span allocator
 // neither merges it nor grows a neighbour into it. It goes back when the
-// heap's thread exits or trims, or after kSpareLifetime slow paths unused
-// (heap.cpp). Not in the secure build, whose large blocks carry a guard
+// heap's thread exits or trims, after kSpareLifetime slow paths unused
+// (heap.cpp), or when the thread has kept none for a purge delay
+// (reclaim_idle_spans). Not in the secure build, whose large blocks carry a guard
 // page and whose freed memory is not reused at once.
 
 // The slices a heap may keep now: kKeptSliceBudget, or its share of

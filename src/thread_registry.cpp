@@ -66,11 +66,7 @@ void* purger_main(void*) {
     uint64_t period = g_options.purge_delay_ms / 10 > 5 ? g_options.purge_delay_ms / 10 : 5;
     struct timespec pause = {static_cast<time_t>(period / 1000), static_cast<long>(period % 1000) * 1000000};
     nanosleep(&pause, nullptr);
-    uint64_t now = os::monotonic_ms();
-    slab_pool::release_idle(now);
-    reclaim_idle_spans(false, now);
-    g_spans.maybe_purge(now);
-    huge_cache_maybe_purge(now);
+    purge_idle_memory(os::monotonic_ms());
   }
   return nullptr;
 }
