@@ -371,18 +371,21 @@ size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignmen
 // fills buffers of about 20 and 40 MiB, frees them and asks again, round
 // after round, left 172 MiB mapped and resident with page-sized mappings
 // against 66 MiB of buffers. Only the pages the program touches become
-// resident; the rest of the step is address space. (The secure build keeps
-// page-sized mappings: its guard page follows the block's last page.)
+// resident; the rest of the step is address space. (In secure mode the
+// guard page follows the block's last page, wherever that is in the
+// mapping: huge_setup.)
 size_t huge_mapping_bytes(size_t end) {
-  size_t step = secure::kEnabled ? kOsPageSize : std::bit_floor(end) / 8;
-  return round_up(end, step) + secure::kGuardBytes;
+  return round_up(end, std::bit_floor(end) / 8) + secure::kGuardBytes;
 }
 
-// (In secure mode the mapping's last page is the guard page: not usable.)
-void huge_setup(Segment* segment, size_t mapping, size_t offset) {
+// A huge block of `size` bytes at `offset` in a mapping of `mapping` bytes.
+// In secure mode it can use its pages, no more: the guard page follows
+// them, and the pages past the guard, up to the end of the mapping, are
+// left for a later block that reuses the mapping.
+void huge_setup(Segment* segment, size_t mapping, size_t offset, size_t size) {
   segment->kind = SegmentKind::kHuge;
   segment->mapping_size = mapping;
-  segment->huge_usable = mapping - offset - secure::kGuardBytes;
+  segment->huge_usable = secure::kEnabled ? round_up(size, kOsPageSize) : mapping - offset;
   segment->next = segment->prev = nullptr;
   Page* page = &segment->pages[0];
   page->set_kind(PageKind::kHuge);
@@ -395,9 +398,20 @@ void huge_setup(Segment* segment, size_t mapping, size_t offset) {
   for (Page*& slot : segment->page_of_slice) slot = page;
 }
 
-// Secure mode: where a huge block's guard page is, the last of its mapping.
+// Secure mode: where a huge block's guard page is, right after its pages.
 uintptr_t huge_guard_address(const Segment* segment) {
-  return segment->base() + segment->mapping_size - secure::kGuardBytes;
+  return segment->pages[0].start + segment->huge_usable;
+}
+
+// Secure mode: moves the guard of a huge block whose usable size changes
+// to `usable` within its mapping.
+void huge_move_guard(Segment* segment, size_t usable) {
+  Page* page = &segment->pages[0];
+  unguard_after(page, huge_guard_address(segment));
+  stats::sub(stats::g_global.large_in_use, segment->huge_usable);
+  segment->huge_usable = usable;
+  stats::add(stats::g_global.large_in_use, usable);
+  guard_after(page, huge_guard_address(segment));
 }
 
 // Secure mode: once a cached huge block's pages are given back, they are
@@ -414,17 +428,21 @@ void cache_seal_purged(Segment* segment) {
   // Refused (too many mappings): the block stays accessible, its pages
   // purged.
   segment->huge_sealed = os::protect_none(reinterpret_cast<void*>(segment->base() + kHugeHeader),
-                                          segment->mapping_size - kHugeHeader - secure::kGuardBytes);
+                                          segment->mapping_size - kHugeHeader);
 }
 
 // Makes a cached mapping's bytes from `offset` on accessible again. Those
 // in front of an aligned block stay sealed, even after the block is cached
-// again unpurged: a later block at a smaller offset opens them.
-bool cache_open(Segment* segment, size_t offset) {
+// again unpurged: a later block at a smaller offset opens them. `opened`:
+// whether any protection changed (the guard page's too, if it is made of
+// protection rather than a mark).
+bool cache_open(Segment* segment, size_t offset, bool* opened) {
+  *opened = false;
   if (!secure::kEnabled) return true;
   uintptr_t base = segment->base();
-  size_t open_from = segment->huge_sealed ? segment->mapping_size - secure::kGuardBytes : segment->huge_open_from;
+  size_t open_from = segment->huge_sealed ? segment->mapping_size : segment->huge_open_from;
   if (offset >= open_from) return true;
+  *opened = true;
   segment->huge_sealed = 0;
   segment->huge_open_from = static_cast<uint32_t>(offset);
   return os::protect_read_write(reinterpret_cast<void*>(base + offset), open_from - offset);
@@ -658,7 +676,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   size_t offset = huge_offset(alignment);
   size_t mapping = huge_mapping_bytes(offset + size);
   Segment* segment = cache_take(mapping);
-  if (segment != nullptr && !cache_open(segment, offset)) {
+  bool opened = false;
+  if (segment != nullptr && !cache_open(segment, offset, &opened)) {
     huge_unmap(segment);  // the kernel refused (too many mappings): map afresh
     segment = nullptr;
   }
@@ -679,9 +698,13 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   }
   bool is_zero = fresh || segment->huge_purged;
   segment->huge_purged = 0;
-  huge_setup(segment, mapping, offset);
-  // A cached mapping kept its guard page (cache_open leaves it).
-  if (fresh) guard_after(&segment->pages[0], huge_guard_address(segment));
+  // A cached mapping kept the guard page of its last block: moved if this
+  // block ends elsewhere, made again if cache_open undid it.
+  uintptr_t old_guard = fresh ? 0 : huge_guard_address(segment);
+  huge_setup(segment, mapping, offset, size);
+  uintptr_t guard = huge_guard_address(segment);
+  if (!fresh && (guard != old_guard || opened)) unguard_after(&segment->pages[0], old_guard);
+  if (fresh || guard != old_guard || opened) guard_after(&segment->pages[0], guard);
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
   if (zero && !is_zero) zero_reused(block, size);
@@ -767,6 +790,8 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
   if (size > kMaxLargeSize) {
     size_t mapping = huge_mapping_bytes(offset + size);
     if (mapping <= old_mapping && mapping * 2 > old_mapping) {  // fits, not much idle
+      if (secure::kEnabled && round_up(size, kOsPageSize) > old_usable)
+        huge_move_guard(segment, round_up(size, kOsPageSize));
       if (XALLOC_UNLIKELY(sampled)) prof::resized(&segment->pages[0], size);
       return ptr;
     }
@@ -800,7 +825,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
       stats::add(stats::g_global.committed, mapping);
       stats::sub(stats::g_global.committed, old_mapping);
       stats::sub(stats::g_global.large_in_use, old_usable);
-      huge_setup(moved, mapping, offset);
+      huge_setup(moved, mapping, offset, size);
       guard_after(&moved->pages[0], huge_guard_address(moved));
       stats::add(stats::g_global.large_in_use, moved->huge_usable);
       void* block = reinterpret_cast<void*>(moved->pages[0].start);

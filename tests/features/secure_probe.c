@@ -17,8 +17,10 @@
  *   secure_probe realloc-guard FROM TO   reallocs a FROM-byte block to TO bytes, checks
  *                             that the contents moved, fills the block, writes one
  *                             byte just past its pages: must fault
- *   secure_probe huge-reuse   frees a 24 MiB block, takes a 22 MiB one (the cached
- *                             mapping), fills its usable size, writes just past it: must fault
+ *   secure_probe huge-reuse [FIRST SECOND]  frees a block of FIRST KiB (24 MiB), takes
+ *                             one of SECOND KiB (22 MiB) from the cached mapping, fills
+ *                             its usable size (where the first block's guard page was, if
+ *                             it is larger), writes just past it: must fault
  *   secure_probe huge-realign  a cached mapping reused at a smaller offset: frees an
  *                             18 MiB block, waits a second (XALLOC_PURGE_DELAY_MS and
  *                             XALLOC_BACKGROUND_PURGE=1 seal it), takes it with 1 MiB
@@ -187,11 +189,11 @@ static int realloc_guard(size_t from, size_t to) {
 
 enum { kHugeMiB = 1 << 20 };
 
-static int huge_reuse(void) {
-  char* first = launder(malloc(24 * kHugeMiB));
+static int huge_reuse(size_t first_kib, size_t second_kib) {
+  char* first = launder(malloc(first_kib << 10));
   memset(first, 'a', malloc_usable_size(first));
   free(first);
-  char* p = launder(malloc(22 * kHugeMiB));
+  char* p = launder(malloc(second_kib << 10));
   size_t usable = malloc_usable_size(p);
   printf("%s mapping, usable %zu\n", p == first ? "cached" : "new", usable);
   fflush(stdout);
@@ -315,13 +317,15 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "guard") == 0) return guard();
   if (strcmp(mode, "realloc-guard") == 0 && argc == 4)
     return realloc_guard(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
-  if (strcmp(mode, "huge-reuse") == 0) return huge_reuse();
+  if (strcmp(mode, "huge-reuse") == 0 && argc == 4)
+    return huge_reuse(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
+  if (strcmp(mode, "huge-reuse") == 0) return huge_reuse(24 << 10, 22 << 10);
   if (strcmp(mode, "huge-realign") == 0) return huge_realign();
   if (strcmp(mode, "huge-after-free") == 0) return write_after_free(24, 0);
   if (strcmp(mode, "huge-after-delay") == 0) return write_after_free(18, 1000);
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse|huge-realign|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse [FIRST SECOND]|huge-realign|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
   return 2;
 }
