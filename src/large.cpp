@@ -98,6 +98,26 @@ void unguard_after(const Page* page, uintptr_t end) {
 
 // --- large ------------------------------------------------------------------
 
+// Secure mode: a large block's guard page follows its last page. A span
+// kept for its thread's next block, or handed back to it, keeps the guard
+// where its last block ended, so that a buffer allocated and freed in a
+// loop moves no guard; it comes down when the span goes back to the span
+// allocator.
+void large_guard_at(Page* span, size_t usable) {
+  if (!secure::kEnabled) return;
+  guard_after(span, span->start + usable);
+  span->guard_offset = static_cast<uint32_t>(usable);
+}
+
+void large_unguard(const Page* span) {
+  if (secure::kEnabled) unguard_after(span, span->start + span->guard_offset);
+}
+
+void large_release(Page* span) {
+  large_unguard(span);
+  g_spans.release(span);
+}
+
 // Slices of a large block of `usable` bytes (whole pages): secure mode
 // adds its guard page.
 size_t large_slices(size_t usable) { return (usable + secure::kGuardBytes + kSliceSize - 1) >> kSliceShift; }
@@ -162,8 +182,8 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // neither merges it nor grows a neighbour into it. It goes back when the
 // heap's thread exits or trims, after kSpareLifetime slow paths unused
 // (heap.cpp), or when the thread has kept none for a purge delay
-// (reclaim_idle_spans). Not in the secure build, whose large blocks carry a guard
-// page and whose freed memory is not reused at once.
+// (reclaim_idle_spans). In the secure build a kept span keeps its guard page
+// (large_guard_at).
 
 // The slices a heap may keep now: kKeptSliceBudget, or its share of
 // kKeptSlicesAllHeaps when more threads live than that fits (a pool of a
@@ -178,7 +198,7 @@ uint32_t kept_slice_budget() {
 // Gives a span taken out of a heap's kept spans to the span allocator.
 void kept_span_release(Heap::KeptSpan kept) {
   stats::sub(stats::g_global.large_in_use, kept.counted);
-  g_spans.release(kept.span);
+  large_release(kept.span);
 }
 
 // Gives every kept span of `heap` to the span allocator (its thread,
@@ -226,7 +246,7 @@ void kept_span_add(Heap* heap, Page* span, size_t counted) {
 }
 
 bool keep_span(Page* span) {
-  if (secure::kEnabled || span->slice_count > kKeptSliceBudget) return false;
+  if (span->slice_count > kKeptSliceBudget) return false;
   // A thread that has not allocated yet (it frees other threads' blocks)
   // has no heap: it gets one now, or keeps nothing (exiting, or out of
   // memory).
@@ -253,7 +273,7 @@ bool keep_span(Page* span) {
 // allocator as before.
 bool return_span_home(Page* span) {
   Heap* home = span->large_home;
-  if (secure::kEnabled || home == nullptr || home == &g_empty_heap ||
+  if (home == nullptr || home == &g_empty_heap ||
       home->state.load(std::memory_order_relaxed) != HeapState::kActive)
     return false;
   uint32_t slices = span->slice_count;
@@ -318,6 +338,10 @@ XALLOC_INLINE Page* pick_kept_span(Heap* heap, size_t slices, size_t usable) {
   }
   if (found == kKeptSpanSlots) return nullptr;
   Heap::KeptSpan kept = kept_span_remove(heap, found);
+  if (secure::kEnabled && kept.span->guard_offset != usable) {
+    large_unguard(kept.span);
+    large_guard_at(kept.span, usable);
+  }
   kept.span->large_usable = usable;
   kept.span->is_zero = 0;
   if (usable != kept.counted) {
@@ -511,7 +535,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   // A thread's first large block gives it a heap, if it has none yet: the
   // home its blocks' spans come back to when other threads free them.
   Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(heap == &g_empty_heap) && !secure::kEnabled) {
+  if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
     Heap* acquired = thread_heap_acquire();
     if (acquired != nullptr) heap = acquired;
   }
@@ -536,7 +560,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   }
   set_large(span, usable, is_zero);
   span->large_home = heap;
-  guard_after(span, span->start + usable);
+  large_guard_at(span, usable);
   void* block = reinterpret_cast<void*>(span->start);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
@@ -552,7 +576,7 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 }
 
 void returned_spans_release(Heap* heap) {
-  returned_spans_drain(heap, [](Page* span) { g_spans.release(span); });
+  returned_spans_drain(heap, [](Page* span) { large_release(span); });
 }
 
 // A thread that has gone idle - blocked, or done with large blocks - never
@@ -636,9 +660,8 @@ void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
   if (page->large_home != t_heap && return_span_home(page)) return;
   if (keep_span(page)) return;
-  unguard_after(page, page->start + page->large_usable);
   stats::sub(stats::g_global.large_in_use, page->large_usable);
-  g_spans.release(page);
+  large_release(page);
 }
 
 void* large_realloc(Page* page, void* ptr, size_t size) {
@@ -650,10 +673,10 @@ void* large_realloc(Page* page, void* ptr, size_t size) {
       // Secure mode: the guard page moves to the new end (taken down
       // before a shrink may give its slice back).
       bool guard_moves = usable != old_usable;
-      if (guard_moves) unguard_after(page, page->start + old_usable);
+      if (guard_moves) large_unguard(page);
       // Shrinking: keep the span unless half of it would be idle.
       if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
-      if (guard_moves) guard_after(page, page->start + usable);
+      if (guard_moves) large_guard_at(page, usable);
       // (A shared counter: no atomic update for a realloc within the page.)
       if (usable > old_usable) stats::add(stats::g_global.large_in_use, usable - old_usable);
       if (usable < old_usable) stats::sub(stats::g_global.large_in_use, old_usable - usable);

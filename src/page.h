@@ -71,6 +71,9 @@ struct alignas(64) Page {
   uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
   uint8_t guard_protected : 1; // large/huge, secure mode: its guard page is PROT_NONE, not a mark (os.h)
   uint8_t unused_bits : 3;
+  // Large, secure mode: where the span's guard page is, in bytes from
+  // `start` (the end of its last block's pages; a kept span keeps it).
+  uint32_t guard_offset;
   // Large: the heap of the thread that allocated the block, which gets the
   // span back when another thread frees it (large.cpp).
   Heap* large_home;

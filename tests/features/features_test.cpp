@@ -302,6 +302,30 @@ void check_reallocated_blocks_are_guarded(const char* launcher) {
     EXPECT_EQ(r.out.find("survived"), std::string::npos) << what << r.describe();
   }
 }
+
+// The span of a freed large block, kept by its thread or handed back to it
+// by the thread that freed it, serves the thread's next block of about its
+// size, with the guard page where that block ends: the same size (the
+// guard stays), a smaller and a larger one of as many slices (it moves).
+// With `launcher`, the probe runs under it.
+void check_kept_large_blocks_are_guarded(const char* launcher) {
+  struct Case {
+    const char* first;
+    const char* second;
+    const char* remote;
+  };
+  for (const Case& c : {Case{"100000", "100000", ""}, Case{"100000", "90000", ""}, Case{"90000", "100000", ""},
+                        Case{"300000", "290000", "remote"}}) {
+    std::vector<std::string> argv = {XTEST_SECURE_PROBE, "large-reuse", c.first, c.second, c.remote};
+    if (launcher != nullptr) argv.insert(argv.begin(), launcher);
+    Outcome r = run_program(argv, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
+    std::string what = std::string(c.first) + " then " + c.second + " " + c.remote + ": ";
+    EXPECT_NE(r.out.find("same span"), std::string::npos) << what << r.describe();
+    EXPECT_NE(r.out.find("filled"), std::string::npos) << what << r.describe();
+    EXPECT_EQ(r.signal(), SIGSEGV) << what << r.describe();
+    EXPECT_EQ(r.out.find("survived"), std::string::npos) << what << r.describe();
+  }
+}
 }  // namespace
 
 // A mapping cached by a free serves a smaller block (22 MiB after 24) and
@@ -320,6 +344,7 @@ void check_cached_huge_blocks_are_guarded(const char* launcher) {
     Outcome r = run_program(argv, {preload(XTEST_LIBXALLOC_SECURE)}, 30);
     std::string what = std::string(c.first_kib) + " KiB, then " + c.second_kib + " KiB: ";
     EXPECT_NE(r.out.find("cached mapping"), std::string::npos) << what << r.describe();
+    EXPECT_NE(r.out.find("filled"), std::string::npos) << what << r.describe();
     EXPECT_EQ(r.signal(), SIGSEGV) << what << r.describe();
     EXPECT_EQ(r.out.find("survived"), std::string::npos) << what << r.describe();
   }
@@ -327,6 +352,8 @@ void check_cached_huge_blocks_are_guarded(const char* launcher) {
 }  // namespace
 
 TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) { check_reallocated_blocks_are_guarded(nullptr); }
+
+TEST(Secure, KeptLargeSpanIsGuardedAtEachBlocksEnd) { check_kept_large_blocks_are_guarded(nullptr); }
 
 // The same guards where the kernel has no lightweight ones (made with
 // mprotect instead): a large block's, a cached huge block's, and those of
@@ -341,6 +368,7 @@ TEST(Secure, GuardPagesWithoutLightweightGuards) {
   }
   check_reallocated_blocks_are_guarded(XTEST_WITHOUT_GUARD_MARKS);
   check_cached_huge_blocks_are_guarded(XTEST_WITHOUT_GUARD_MARKS);
+  check_kept_large_blocks_are_guarded(XTEST_WITHOUT_GUARD_MARKS);
 }
 
 // Freed huge blocks are cached for reuse and made inaccessible when their

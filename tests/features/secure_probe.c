@@ -17,10 +17,14 @@
  *   secure_probe realloc-guard FROM TO   reallocs a FROM-byte block to TO bytes, checks
  *                             that the contents moved, fills the block, writes one
  *                             byte just past its pages: must fault
+ *   secure_probe large-reuse FIRST SECOND [remote]  frees a large block of FIRST bytes
+ *                             (from another thread with `remote`), takes one of SECOND
+ *                             bytes (its span, kept or handed back), fills its usable
+ *                             size (prints "filled"), writes just past its pages: must fault
  *   secure_probe huge-reuse [FIRST SECOND]  frees a block of FIRST KiB (24 MiB), takes
  *                             one of SECOND KiB (22 MiB) from the cached mapping, fills
  *                             its usable size (where the first block's guard page was, if
- *                             it is larger), writes just past it: must fault
+ *                             it is larger; prints "filled"), writes just past it: must fault
  *   secure_probe huge-realign  a cached mapping reused at a smaller offset: frees an
  *                             18 MiB block, waits a second (XALLOC_PURGE_DELAY_MS and
  *                             XALLOC_BACKGROUND_PURGE=1 seal it), takes it with 1 MiB
@@ -187,6 +191,27 @@ static int realloc_guard(size_t from, size_t to) {
   return 0;
 }
 
+static int large_reuse(size_t first_bytes, size_t second_bytes, int remote) {
+  char* first = launder(malloc(first_bytes));
+  memset(first, 'a', malloc_usable_size(first));
+  if (remote) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, free_it, first) != 0 || pthread_join(thread, NULL) != 0) return 2;
+  } else {
+    free(first);
+  }
+  char* p = launder(malloc(second_bytes));
+  size_t usable = malloc_usable_size(p);
+  printf("%s span, usable %zu\n", p == first ? "same" : "another", usable);
+  fflush(stdout);
+  memset(p, 'b', usable); /* all of the block is writable */
+  printf("filled\n");
+  fflush(stdout);
+  p[usable] = 'X'; /* the guard page */
+  printf("survived\n");
+  return 0;
+}
+
 enum { kHugeMiB = 1 << 20 };
 
 static int huge_reuse(size_t first_kib, size_t second_kib) {
@@ -198,7 +223,9 @@ static int huge_reuse(size_t first_kib, size_t second_kib) {
   printf("%s mapping, usable %zu\n", p == first ? "cached" : "new", usable);
   fflush(stdout);
   memset(p, 'b', usable); /* all of the block is writable */
-  p[usable] = 'X';        /* the guard page */
+  printf("filled\n");
+  fflush(stdout);
+  p[usable] = 'X'; /* the guard page */
   printf("survived\n");
   return 0;
 }
@@ -317,6 +344,9 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "guard") == 0) return guard();
   if (strcmp(mode, "realloc-guard") == 0 && argc == 4)
     return realloc_guard(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
+  if (strcmp(mode, "large-reuse") == 0 && argc >= 4)
+    return large_reuse(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
+                       argc == 5 && strcmp(argv[4], "remote") == 0);
   if (strcmp(mode, "huge-reuse") == 0 && argc == 4)
     return huge_reuse(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
   if (strcmp(mode, "huge-reuse") == 0) return huge_reuse(24 << 10, 22 << 10);
@@ -326,6 +356,6 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "order") == 0) return order();
   if (strcmp(mode, "reuse") == 0) return reuse();
   if (strcmp(mode, "delay") == 0) return delay();
-  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|huge-reuse [FIRST SECOND]|huge-realign|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
+  fprintf(stderr, "usage: %s overflow|at-usable|overflow-small|overflow-remote|tail-after-free|usable|double-free|guard|realloc-guard FROM TO|large-reuse FIRST SECOND [remote]|huge-reuse [FIRST SECOND]|huge-realign|huge-after-free|huge-after-delay|order|reuse|delay\n", argv[0]);
   return 2;
 }
