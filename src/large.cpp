@@ -569,7 +569,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
 void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
   // A one-slice span is aligned to its slice.
   size_t usable = size == 0 ? kOsPageSize : round_up(size, kOsPageSize);
-  Page* span = size <= kSliceSize && alignment <= kSliceSize ? take_kept_span(heap, 1, usable) : nullptr;
+  Page* span = large_slices(usable) == 1 && alignment <= kSliceSize ? take_kept_span(heap, 1, usable) : nullptr;
   if (span == nullptr) return large_alloc(size, alignment, false);
   span->large_home = heap;
   return reinterpret_cast<void*>(span->start);

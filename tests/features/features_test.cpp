@@ -355,6 +355,23 @@ TEST(Secure, ReallocatedBlockIsFollowedByAGuardPage) { check_reallocated_blocks_
 
 TEST(Secure, KeptLargeSpanIsGuardedAtEachBlocksEnd) { check_kept_large_blocks_are_guarded(nullptr); }
 
+// With every allocation sampled by the heap profiler, each block gets a
+// span of its own, and a freed one-slice span is kept for the next sample
+// that fits it - with its guard page: 62,000 bytes (16 pages and the
+// guard) do not, and take another span.
+TEST(Secure, SampledBlockTakesAKeptSpanOnlyWithRoomForItsGuard) {
+  const std::vector<std::string> sampled = {preload(XTEST_LIBXALLOC_SECURE), "XALLOC_PROF=1", "XALLOC_PROF_RATE=1",
+                                            "XALLOC_PROF_PREFIX=/dev/null/none"};
+  Outcome fits = run_program({XTEST_SECURE_PROBE, "large-reuse", "50000", "61000"}, sampled, 30);
+  EXPECT_NE(fits.out.find("same span"), std::string::npos) << fits.describe();
+  EXPECT_NE(fits.out.find("filled"), std::string::npos) << fits.describe();
+  EXPECT_EQ(fits.signal(), SIGSEGV) << fits.describe();
+  Outcome too_long = run_program({XTEST_SECURE_PROBE, "large-reuse", "61000", "62000"}, sampled, 30);
+  EXPECT_NE(too_long.out.find("another span"), std::string::npos) << too_long.describe();
+  EXPECT_NE(too_long.out.find("filled"), std::string::npos) << too_long.describe();
+  EXPECT_EQ(too_long.signal(), SIGSEGV) << too_long.describe();
+}
+
 // The same guards where the kernel has no lightweight ones (made with
 // mprotect instead): a large block's, a cached huge block's, and those of
 // blocks resized by realloc.
