@@ -191,6 +191,20 @@ static int realloc_guard(size_t from, size_t to) {
   return 0;
 }
 
+/* Says where block `p` came from (`whence`), fills its usable size (prints
+ * "filled"), then writes one byte past it, into the guard page. */
+static int fill_and_write_past(char* p, const char* whence) {
+  size_t usable = malloc_usable_size(p);
+  printf("%s, usable %zu\n", whence, usable);
+  fflush(stdout);
+  memset(p, 'b', usable); /* all of the block is writable */
+  printf("filled\n");
+  fflush(stdout);
+  p[usable] = 'X'; /* the guard page */
+  printf("survived\n");
+  return 0;
+}
+
 static int large_reuse(size_t first_bytes, size_t second_bytes, int remote) {
   char* first = launder(malloc(first_bytes));
   memset(first, 'a', malloc_usable_size(first));
@@ -201,15 +215,7 @@ static int large_reuse(size_t first_bytes, size_t second_bytes, int remote) {
     free(first);
   }
   char* p = launder(malloc(second_bytes));
-  size_t usable = malloc_usable_size(p);
-  printf("%s span, usable %zu\n", p == first ? "same" : "another", usable);
-  fflush(stdout);
-  memset(p, 'b', usable); /* all of the block is writable */
-  printf("filled\n");
-  fflush(stdout);
-  p[usable] = 'X'; /* the guard page */
-  printf("survived\n");
-  return 0;
+  return fill_and_write_past(p, p == first ? "same span" : "another span");
 }
 
 enum { kHugeMiB = 1 << 20 };
@@ -219,15 +225,7 @@ static int huge_reuse(size_t first_kib, size_t second_kib) {
   memset(first, 'a', malloc_usable_size(first));
   free(first);
   char* p = launder(malloc(second_kib << 10));
-  size_t usable = malloc_usable_size(p);
-  printf("%s mapping, usable %zu\n", p == first ? "cached" : "new", usable);
-  fflush(stdout);
-  memset(p, 'b', usable); /* all of the block is writable */
-  printf("filled\n");
-  fflush(stdout);
-  p[usable] = 'X'; /* the guard page */
-  printf("survived\n");
-  return 0;
+  return fill_and_write_past(p, p == first ? "cached mapping" : "new mapping");
 }
 
 static int huge_realign(void) {
