@@ -726,8 +726,9 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   uintptr_t old_guard = fresh ? 0 : huge_guard_address(segment);
   huge_setup(segment, mapping, offset, size);
   uintptr_t guard = huge_guard_address(segment);
-  if (!fresh && (guard != old_guard || opened)) unguard_after(&segment->pages[0], old_guard);
-  if (fresh || guard != old_guard || opened) guard_after(&segment->pages[0], guard);
+  bool make_guard = fresh || guard != old_guard || opened;
+  if (make_guard && !fresh) unguard_after(&segment->pages[0], old_guard);
+  if (make_guard) guard_after(&segment->pages[0], guard);
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
   if (zero && !is_zero) zero_reused(block, size);
