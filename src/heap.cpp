@@ -240,12 +240,16 @@ void slab_release(Heap* heap, Page* page) {
 constexpr uint32_t kMaxSpares = 4;
 constexpr uint32_t kSpareLifetime = 64;
 
+// (The spare functions run between kept_enter and kept_exit, or in the
+// reclaim pass after its barrier: heap.h.)
 Page* spare_take(Heap* heap, unsigned cls) {
   Page* page = heap->spare[cls];
   heap->spare[cls] = page->next;
-  if (page->next == nullptr) heap->spare_classes &= ~(uint64_t{1} << cls);
+  if (page->next == nullptr)
+    heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) & ~(uint64_t{1} << cls),
+                              std::memory_order_relaxed);
   page->next = nullptr;
-  heap->spare_count--;
+  heap->spare_count.store(heap->spare_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   return page;
 }
 
@@ -253,31 +257,53 @@ void spares_release(Heap* heap, unsigned cls) {
   while (heap->spare[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
 }
 
+void spare_keep(Heap* heap, Page* page) {
+  unsigned cls = page->size_class;
+  page->set_state(SlabState::kDetached);
+  page->next = heap->spare[cls];
+  heap->spare[cls] = page;
+  heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) | uint64_t{1} << cls,
+                            std::memory_order_relaxed);
+  heap->spare_since[cls] = heap->slow_calls;
+  heap->spare_count.store(heap->spare_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 // A slab of `heap` whose last block came back (not its class's current
 // slab, and already off the partial list): kept as its class's spare when
 // there is room, so that the next refill of the class reuses it as it is.
 void slab_empty(Heap* heap, Page* page) {
-  unsigned cls = page->size_class;
-  if (heap->spare_count < kMaxSpares && page->slice_count == 1 &&
-      heap->state.load(std::memory_order_relaxed) == HeapState::kActive) {
-    page->set_state(SlabState::kDetached);
-    page->next = heap->spare[cls];
-    heap->spare[cls] = page;
-    heap->spare_classes |= uint64_t{1} << cls;
-    heap->spare_since[cls] = heap->slow_calls;
-    heap->spare_count++;
-    return;
+  if (page->slice_count == 1 && heap->state.load(std::memory_order_relaxed) == HeapState::kActive &&
+      kept_enter(heap)) {
+    bool room = heap->spare_count.load(std::memory_order_relaxed) < kMaxSpares;
+    if (room) spare_keep(heap, page);
+    kept_exit(heap);
+    if (room) return;
   }
   slab_release(heap, page);
 }
 
+// A spare of class `cls`, or null (none, or claimed by the reclaim pass).
+Page* spare_reuse(Heap* heap, unsigned cls) {
+  if (heap->spare_classes.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return nullptr;
+  Page* page = nullptr;
+  if (heap->spare[cls] != nullptr) {
+    page = spare_take(heap, cls);
+    heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  kept_exit(heap);
+  return page;
+}
+
 void spares_expire(Heap* heap) {
+  if (!kept_enter(heap)) return;
   XALLOC_DEBUG_ONLY(for (unsigned cls = 0; cls < kNumClasses; ++cls) XALLOC_CHECK(
-                        (heap->spare[cls] != nullptr) == ((heap->spare_classes >> cls & 1) != 0)));
-  for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1) {
+                        (heap->spare[cls] != nullptr) == ((heap->spare_classes.load() >> cls & 1) != 0)));
+  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1) {
     auto cls = static_cast<unsigned>(__builtin_ctzll(classes));
     if (heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime) spares_release(heap, cls);
   }
+  kept_exit(heap);
 }
 
 // A slab with every block in use sleeps until enough of them come back.
@@ -333,7 +359,7 @@ void heap_periodic(Heap* heap) {
   // Not for the heap of exiting threads (late_alloc), which runs under the
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
-  if (heap->spare_classes != 0) spares_expire(heap);
+  if (heap->spare_classes.load(std::memory_order_relaxed) != 0) spares_expire(heap);
   if (heap->slow_calls - heap->kept_since >= kSpareLifetime) kept_spans_release(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
@@ -476,7 +502,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   }
 
   page = heap->partial[cls];
-  if (page == nullptr && heap->spare[cls] != nullptr) page = spare_take(heap, cls);  // empty, its free list intact
+  if (page == nullptr) page = spare_reuse(heap, cls);  // empty, its free list intact
   if (page == nullptr && (page = slab_pool::take(cls)) != nullptr) slab_adopt(heap, page);
   if (page == nullptr && borrow_from_stalled(heap, cls))
     return slab_pop(&heap->borrowed->list[cls], heap->borrowed->list[cls].free);
@@ -565,7 +591,7 @@ void drain_inbox(Heap* heap) {
 
 void purge_idle_memory(uint64_t now_ms) {
   slab_pool::release_idle(now_ms);
-  reclaim_idle_spans(false, now_ms);
+  reclaim_idle_kept_memory(false, now_ms);
   g_spans.maybe_purge(now_ms);
   huge_cache_maybe_purge(now_ms);
 }
@@ -740,9 +766,16 @@ void heap_collect(Heap* heap) {
   heap_release_spares(heap);
 }
 
-void heap_release_spares(Heap* heap) {
-  for (uint64_t classes = heap->spare_classes; classes != 0; classes &= classes - 1)
+void spares_release_all(Heap* heap) {
+  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1)
     spares_release(heap, static_cast<unsigned>(__builtin_ctzll(classes)));
+}
+
+void heap_release_spares(Heap* heap) {
+  if (heap->spare_classes.load(std::memory_order_relaxed) != 0 && kept_enter(heap)) {
+    spares_release_all(heap);
+    kept_exit(heap);
+  }
   kept_spans_release(heap);
 }
 

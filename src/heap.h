@@ -76,11 +76,15 @@ struct alignas(64) Heap {
   // Page::next), for the pattern that would otherwise take and return slabs
   // on every round: a batch that spills past the current slab and is then
   // freed. A class's spares go back after kSpareLifetime slow paths
-  // without one being kept or reused (heap.cpp).
+  // without one being kept or reused (heap.cpp), and those of a thread
+  // that has stopped using them at the reclaim pass (claimed first, as the
+  // kept spans below are: every use is between kept_enter and kept_exit).
   Page* spare[kNumClasses];
   uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
-  uint32_t spare_count;
-  uint64_t spare_classes;  // bit c: spare[c] != nullptr
+  std::atomic<uint32_t> spare_count;     // (read by the pass to decide what to claim)
+  std::atomic<uint64_t> spare_classes;   // bit c: spare[c] != nullptr
+  std::atomic<uint32_t> spare_changes;   // spares kept or taken so far (written by the heap's thread)
+  uint32_t spare_seen;                   // spare_changes at the last pass (the pass's own)
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -110,10 +114,10 @@ struct alignas(64) Heap {
     size_t counted;
   };
   // They are the heap's thread's, but for the pass that gives back the
-  // spans of a thread that stopped using them (reclaim_idle_spans in
+  // spans of a thread that stopped using them (reclaim_idle_kept_memory in
   // large.cpp), which claims them first: the thread marks itself busy
   // while it uses them, and does without them the times they are claimed
-  // (an asymmetric fence, large.cpp). The counts may be read at any time.
+  // (kept_enter, below). The counts may be read at any time.
   KeptSpan kept_spans[kKeptSpanSlots];
   std::atomic<uint32_t> kept_span_count;
   std::atomic<uint32_t> kept_slices;
@@ -181,7 +185,7 @@ struct alignas(64) Heap {
   // linked through Page::next, and the slices on it.
   std::atomic<Page*> returned_spans;
   std::atomic<uint32_t> returned_slices;
-  // The stack's head at the last reclaim pass (reclaim_idle_spans in
+  // The stack's head at the last reclaim pass (reclaim_idle_kept_memory in
   // large.cpp): written only by that pass.
   std::atomic<Page*> returned_seen;
 };
@@ -192,7 +196,8 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), requests{},
+    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), spare_changes(0), spare_seen(0),
+      requests{},
       sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
       kept_slices(0), kept_busy(0), kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
@@ -341,6 +346,32 @@ void quarantine_flush(Heap* heap);
 // Hands back everything the heap caches: sends its outbox, drains its inbox,
 // returns empty slabs; slabs with live blocks stay owned.
 void heap_collect(Heap* heap);
+// A heap's kept spans and spare slabs are its thread's, but for the pass
+// that gives back those of a thread that stopped using them
+// (reclaim_idle_kept_memory in large.cpp). Their thread uses them many times a
+// second, the pass once per purge delay, so the thread's side of the
+// exclusion has no locked instruction: it marks itself busy, then looks for
+// a claim (a store, then a load, which the processor may reorder); the pass
+// claims, then makes every processor running one of the process's threads
+// execute a full barrier (os::process_wide_barrier), then looks at the busy
+// mark. After that barrier, a thread that had marked itself busy is seen
+// busy, and one that had not will see the claim: the pass takes the spans
+// and spares only of a heap seen not busy, and a thread that sees them
+// claimed does without them. (Release and acquire on the marks: each side
+// sees the lists as the other left them.) Not for g_empty_heap, which
+// every thread without a heap shares: callers check they have a heap.
+XALLOC_INLINE bool kept_enter(Heap* heap) {
+  heap->kept_busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's part of the fence
+  if (XALLOC_LIKELY(heap->kept_claimed.load(std::memory_order_acquire) == 0)) return true;
+  heap->kept_busy.store(0, std::memory_order_release);
+  return false;
+}
+XALLOC_INLINE void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
+
+// Gives every spare slab of `heap` up (its thread, between kept_enter and
+// kept_exit, or the reclaim pass, after its barrier).
+void spares_release_all(Heap* heap);
 // Returns the heap's spare empty slabs and kept spans of large blocks to
 // the span allocator (trim).
 void heap_release_spares(Heap* heap);

@@ -131,28 +131,6 @@ void set_large(Page* span, size_t usable, bool is_zero) {
   stats::note_in_use();
 }
 
-// A heap's kept spans are its thread's, but for the pass that gives back
-// those of a thread that stopped using them (reclaim_idle_spans). Their
-// thread uses them many times a second, the pass once per purge delay, so
-// the thread's side of the exclusion has no locked instruction: it marks
-// itself busy, then looks for a claim (a store, then a load, which the
-// processor may reorder); the pass claims, then makes every processor
-// running one of the process's threads execute a full barrier
-// (os::process_wide_barrier), then looks at the busy mark. After that
-// barrier, a thread that had marked itself busy is seen busy, and one that
-// had not will see the claim: the pass takes the spans only of a heap seen
-// not busy, and a thread that sees its spans claimed does without them.
-// (Release and acquire on the marks: each side sees the list as the other
-// left it.)
-bool kept_enter(Heap* heap) {
-  heap->kept_busy.store(1, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's part of the fence
-  if (XALLOC_LIKELY(heap->kept_claimed.load(std::memory_order_acquire) == 0)) return true;
-  heap->kept_busy.store(0, std::memory_order_release);
-  return false;
-}
-void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
-
 // Takes kept span `i` out of `heap`'s list, with the bytes its last block
 // still counts in use.
 XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
@@ -182,7 +160,7 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // neither merges it nor grows a neighbour into it. It goes back when the
 // heap's thread exits or trims, after kSpareLifetime slow paths unused
 // (heap.cpp), or when the thread has kept none for a purge delay
-// (reclaim_idle_spans). In the secure build a kept span keeps its guard page
+// (reclaim_idle_kept_memory). In the secure build a kept span keeps its guard page
 // (large_guard_at).
 
 // The slices a heap may keep now: kKeptSliceBudget, or its share of
@@ -581,11 +559,12 @@ void returned_spans_release(Heap* heap) {
 
 // A thread that has gone idle - blocked, or done with large blocks - never
 // collects the spans others hand back to it, nor gives back the spans it
-// keeps. So, once per purge delay, the periodic work of any thread (or the
-// background purger) gives the span allocator every returned stack whose
-// head has not changed since the pass before, and the kept spans of every
-// heap that has kept none since the pass before: spans unused for at least
-// a whole delay. (A thread that only takes its kept spans may lose the
+// keeps, nor its spare slabs. So, once per purge delay, the periodic work
+// of any thread (or the background purger) gives the span allocator every
+// returned stack whose head has not changed since the pass before, and the
+// kept spans and spare slabs of every heap that has kept or taken none
+// since the pass before: memory unused for at least a whole delay. (A
+// thread that only takes its kept spans may lose the
 // rest early, and a head that only looks unchanged - drained and pushed
 // again in between - sends its spans back early: either costs a trip to
 // the span allocator and nothing else. The home and the pass both take a
@@ -603,26 +582,34 @@ void reclaim_returned_spans(Heap* heap, bool force) {
   if (head != seen) heap->returned_seen.store(head, std::memory_order_relaxed);
 }
 
-// Claims the kept spans of `heap` if it has kept none since the
-// pass before (any, with `force`); true if it did.
-bool claim_idle_kept_spans(Heap* heap, bool force) {
+// Claims the kept spans and spare slabs of `heap` if it has kept or taken
+// none since the pass before (any, with `force`); true if it did.
+bool claim_idle_kept_memory(Heap* heap, bool force) {
   uint32_t changes = heap->kept_changes.load(std::memory_order_relaxed);
-  bool idle = force || changes == heap->kept_seen;
-  if (changes != heap->kept_seen) heap->kept_seen = changes;  // (no write to a line the thread may be using)
-  if (!idle || heap->kept_span_count.load(std::memory_order_relaxed) == 0) return false;
+  uint32_t spare_changes = heap->spare_changes.load(std::memory_order_relaxed);
+  bool idle = force || (changes == heap->kept_seen && spare_changes == heap->spare_seen);
+  // (No write to a line the thread may be using unless something changed.)
+  if (changes != heap->kept_seen) heap->kept_seen = changes;
+  if (spare_changes != heap->spare_seen) heap->spare_seen = spare_changes;
+  if (!idle || (heap->kept_span_count.load(std::memory_order_relaxed) == 0 &&
+                heap->spare_count.load(std::memory_order_relaxed) == 0))
+    return false;
   heap->kept_claimed.store(1, std::memory_order_relaxed);
   return true;
 }
 
-// After the barrier: the claimed spans of a heap whose thread is not
-// using them go back; the claim is lifted either way.
-void release_claimed_kept_spans(Heap* heap, bool barrier_done) {
+// After the barrier: the claimed spans and spares of a heap whose thread
+// is not using them go back; the claim is lifted either way.
+void release_claimed_kept_memory(Heap* heap, bool barrier_done) {
   if (heap->kept_claimed.load(std::memory_order_relaxed) == 0) return;
-  if (barrier_done && heap->kept_busy.load(std::memory_order_acquire) == 0) kept_release_all(heap);
+  if (barrier_done && heap->kept_busy.load(std::memory_order_acquire) == 0) {
+    kept_release_all(heap);
+    spares_release_all(heap);
+  }
   heap->kept_claimed.store(0, std::memory_order_release);
 }
 
-void reclaim_idle_spans(bool force, uint64_t now_ms) {
+void reclaim_idle_kept_memory(bool force, uint64_t now_ms) {
   if (!force && now_ms < g_reclaim_next_pass_ms.load(std::memory_order_relaxed)) return;
   if (g_reclaim_pass_running.exchange(true, std::memory_order_acquire)) return;
   uint64_t period = g_options.purge_delay_ms > kReclaimPassMinMs ? g_options.purge_delay_ms : kReclaimPassMinMs;
@@ -630,11 +617,11 @@ void reclaim_idle_spans(bool force, uint64_t now_ms) {
   bool claimed = false;
   for_each_heap([force, &claimed](Heap* heap) {
     reclaim_returned_spans(heap, force);
-    claimed |= claim_idle_kept_spans(heap, force);
+    claimed |= claim_idle_kept_memory(heap, force);
   });
   if (claimed) {
     bool barrier_done = os::process_wide_barrier();
-    for_each_heap([barrier_done](Heap* heap) { release_claimed_kept_spans(heap, barrier_done); });
+    for_each_heap([barrier_done](Heap* heap) { release_claimed_kept_memory(heap, barrier_done); });
   }
   g_reclaim_pass_running.store(false, std::memory_order_release);
 }
@@ -915,7 +902,7 @@ bool release_cached_memory() {
   Heap* heap = t_heap;
   size_t released = size_t{heap->kept_slices.load(std::memory_order_relaxed)} << kSliceShift;
   kept_spans_release(heap);
-  reclaim_idle_spans(true, 0);
+  reclaim_idle_kept_memory(true, 0);
   released += slab_pool::release_all();
   released += huge_cache_purge(true, 0);
   released += g_spans.purge(true);

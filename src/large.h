@@ -34,12 +34,13 @@ void kept_spans_release(Heap* heap);
 // allocator (its thread exits: thread_heap_teardown).
 void returned_spans_release(Heap* heap);
 // Gives the span allocator the spans that heaps' returned stacks have held
-// since the previous pass, and the kept spans of heaps that have not used
-// them since: at most one pass a purge delay (not more often than every
-// kReclaimPassMinMs). With `force`, every heap's at once (malloc_trim, out
-// of memory). A thread that went idle does not sit on spans for good.
+// since the previous pass, and the kept spans and spare slabs of heaps that
+// have not used them since: at most one pass a purge delay (not more often
+// than every kReclaimPassMinMs). With `force`, every heap's at once
+// (malloc_trim, out of memory). A thread that went idle does not sit on
+// them for good.
 constexpr uint64_t kReclaimPassMinMs = 10;
-void reclaim_idle_spans(bool force, uint64_t now_ms);
+void reclaim_idle_kept_memory(bool force, uint64_t now_ms);
 void reclaim_reset_after_fork_child();
 
 void* huge_alloc(size_t size, size_t alignment, bool zero);

@@ -22,9 +22,16 @@
  *                  thread keeps allocating small blocks for 1.2 s while
  *                  the pool idles, and rss_later_kb is the RSS at the end
  *                  (time_s: the turns)
+ *   idle-small     64 threads each fill and free 4,000 small blocks
+ *                  (16-952 bytes), then stay idle, while the main thread
+ *                  builds and churns 20,000 blocks of 16-3,016 bytes for
+ *                  2 s: rss_later_kb is what the process holds at the
+ *                  end, the idle threads' freed memory included unless
+ *                  the main thread reuses it (time_s: the threads' work)
  *
  * usage: patterns <name>
- * prints: time_s (the loop), peak_rss_kb; idle-pool also rss_later_kb.
+ * prints: time_s (the loop), peak_rss_kb; idle-pool and idle-small also
+ *         rss_later_kb.
  */
 #include "xbench.h"
 
@@ -179,8 +186,56 @@ static double idle_pool(void) {
   return turns;
 }
 
+/* idle-small: threads that each use small blocks once and stay alive. */
+static _Atomic unsigned g_small_done_threads;
+
+static void *small_worker(void *arg) {
+  xb_rng rng = xb_rng_make((uint64_t)(uintptr_t)arg + 1);
+  static _Thread_local void *blocks[4000];
+  for (int i = 0; i < 4000; i++) {
+    size_t size = (size_t)xb_range(&rng, 16, 952);
+    blocks[i] = malloc(size);
+    if (blocks[i] == NULL) xb_fail("malloc(%zu) returned NULL", size);
+    memset(blocks[i], i & 0xff, size);
+  }
+  for (int i = 0; i < 4000; i++) free(blocks[i]);
+  atomic_fetch_add_explicit(&g_small_done_threads, 1, memory_order_release);
+  while (!atomic_load_explicit(&g_pool_done, memory_order_acquire)) xb_sleep_ms(5);
+  return NULL;
+}
+
+/* Returns the seconds the threads took to use and free their blocks. */
+static double idle_small(void) {
+  pthread_t threads[POOL];
+  uint64_t start = xb_now_ns();
+  for (unsigned i = 0; i < POOL; i++)
+    if (pthread_create(&threads[i], NULL, small_worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
+  unsigned spins = 0;
+  while (atomic_load_explicit(&g_small_done_threads, memory_order_acquire) != POOL) xb_pause(&spins);
+  double work = xb_seconds_since(start);
+  /* The main thread's working set: 20,000 blocks replaced at random. */
+  enum { SLOTS = 20000 };
+  static void *slot[SLOTS];
+  xb_rng rng = xb_rng_make(99);
+  uint64_t idle_start = xb_now_ns();
+  for (uint64_t n = 0; (n & 1023) != 0 || xb_seconds_since(idle_start) < 2.0; n++) {
+    size_t i = (size_t)xb_below(&rng, SLOTS);
+    free(slot[i]);
+    size_t size = (size_t)xb_range(&rng, 16, 3016);
+    slot[i] = malloc(size);
+    if (slot[i] == NULL) xb_fail("malloc(%zu) returned NULL", size);
+    memset(slot[i], (int)n, size);
+    if ((n & 1023) == 0) xb_sleep_ms(1);
+  }
+  printf("rss_later_kb=%ld\n", xb_rss_kb());
+  for (size_t i = 0; i < SLOTS; i++) free(slot[i]);
+  atomic_store_explicit(&g_pool_done, 1, memory_order_release);
+  for (unsigned i = 0; i < POOL; i++) pthread_join(threads[i], NULL);
+  return work;
+}
+
 int main(int argc, char **argv) {
-  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff|idle-pool>");
+  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff|idle-pool|idle-small>");
   xb_init();
   if (argc != 2) return XB_EXIT_USAGE;
   const char *name = argv[1];
@@ -194,6 +249,7 @@ int main(int argc, char **argv) {
   else if (strcmp(name, "realloc-byte") == 0) realloc_byte();
   else if (strcmp(name, "handoff") == 0) handoff();
   else if (strcmp(name, "idle-pool") == 0) loop_seconds = idle_pool();
+  else if (strcmp(name, "idle-small") == 0) loop_seconds = idle_small();
   else {
     fprintf(stderr, "patterns: unknown pattern \"%s\"\n", name);
     return XB_EXIT_USAGE;

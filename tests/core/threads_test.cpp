@@ -501,6 +501,47 @@ TEST(Threads, LargeBlocksHandedAroundWhileTheirSpansAreReclaimed) {
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
 }
 
+// Threads that fill slabs of a few classes and empty them again, so that
+// their emptied slabs become spares and the next batch takes them back,
+// while the reclaim pass (every 10 ms with XALLOC_PURGE_DELAY_MS=1) and
+// malloc_trim take the spares of threads that pause. Each batch is
+// checked before it is freed. Returns the number of bad blocks.
+size_t slab_batches_while_spares_are_reclaimed(unsigned threads, size_t batches) {
+  std::atomic<size_t> bad{0};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      xtest::Rng rng(t + 11);
+      std::vector<void*> batch;
+      for (size_t b = 0; b < batches; ++b) {
+        size_t size = 16 * (1 + rng.below(12));
+        size_t count = (size_t{3} << 16) / size;  // about three slabs
+        for (size_t i = 0; i < count; ++i) {
+          void* p = make_object(size, (uint64_t{t} << 40) | (uint64_t{b} << 20) | i);
+          if (p == nullptr) bad++;
+          else batch.push_back(p);
+        }
+        for (void* p : batch) {
+          if (!object_ok(p)) bad++;
+          xalloc_free(p);
+        }
+        batch.clear();
+        if (rng.below(8) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng.below(25)));
+        if (rng.below(64) == 0) xalloc_trim(0);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  return bad.load();
+}
+
+TEST(Threads, SlabBatchesWhileTheirSparesAreReclaimed) {
+  if (xtest::in_fresh_process())
+    xtest::finish_fresh_process(slab_batches_while_spares_are_reclaimed(4, xtest::scaled(300, 6)) == 0 ? 0 : 1);
+  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120, {{"XALLOC_PURGE_DELAY_MS", "1"}});
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
+
 TEST(Threads, ConcurrentFirstAllocation) {
   // Many threads whose very first allocation happens at the same moment.
   const unsigned kThreads = 32;

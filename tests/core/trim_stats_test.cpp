@@ -435,6 +435,90 @@ TEST(KeptSpans, SpansOfAnIdleThreadAreReclaimed) {
   owner.join();
 }
 
+// Blocks of one class for `heap`'s thread: enough for three 64 KiB slabs
+// of 48-byte blocks, so that freeing them all empties the first two, which
+// the heap keeps as spares (the third is the class's current slab).
+std::vector<void*> fill_three_slabs() {
+  std::vector<void*> blocks(3000);
+  for (void*& p : blocks) p = xalloc_malloc(48);
+  return blocks;
+}
+
+// A slab whose last block comes back stays with its thread, free list and
+// all, for the next refill of its class.
+TEST(SpareSlabs, EmptiedSlabServesTheNextRefillOfItsClass) {
+  std::thread([] {
+    std::vector<void*> blocks = fill_three_slabs();
+    xalloc::Heap* heap = xalloc::t_heap;
+    for (void* p : blocks) xalloc_free(p);
+    const uint32_t kept = heap->spare_count.load();
+    ASSERT_GE(kept, 1u) << "no emptied slab was kept";
+    const xalloc::Page* spare = heap->spare[xalloc::class_of(48)];
+    ASSERT_NE(spare, nullptr);
+    const uintptr_t spare_start = spare->start;
+    blocks = fill_three_slabs();
+    EXPECT_LT(heap->spare_count.load(), kept) << "the refills did not take a spare";
+    bool reused = std::any_of(blocks.begin(), blocks.end(), [&](void* p) {
+      auto address = reinterpret_cast<uintptr_t>(p);
+      return address >= spare_start && address < spare_start + kSlice;
+    });
+    EXPECT_TRUE(reused) << "the spare slab was not used again";
+    for (void* p : blocks) xalloc_free(p);
+    ASSERT_GE(heap->spare_count.load(), 1u);
+    xalloc_trim(0);
+    EXPECT_EQ(heap->spare_count.load(), 0u) << "malloc_trim left the thread's spares";
+  }).join();
+}
+
+// A thread that goes idle does not sit on its spare slabs either: another
+// thread's periodic work gives them up once they have gone unused for a
+// whole purge delay, malloc_trim at once. (Only where the kernel has
+// membarrier, as for kept spans.)
+TEST(SpareSlabs, SparesOfAnIdleThreadAreReclaimed) {
+  const bool reclaimable = xalloc::os::process_wide_barrier();
+  std::atomic<int> phase{0};
+  xalloc::Heap* idle = nullptr;
+  std::thread owner([&] {
+    for (int round = 0; round < 2; ++round) {
+      std::vector<void*> blocks = fill_three_slabs();
+      for (void* p : blocks) xalloc_free(p);
+      idle = xalloc::t_heap;
+      phase.store(2 * round + 1);
+      while (phase.load() != 2 * round + 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  auto wait_for = [&](int ready) {
+    while (phase.load() != ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+
+  wait_for(1);
+  const uint32_t kept = idle->spare_count.load();
+  ASSERT_GE(kept, 1u);
+  // This thread's slow paths run the periodic work: 64-byte blocks, a
+  // class of their own.
+  auto start = std::chrono::steady_clock::now();
+  std::vector<void*> churn(20000);
+  while (idle->spare_count.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    for (void*& p : churn) p = xalloc_malloc(64);
+    for (void* p : churn) xalloc_free(p);
+  }
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(idle->spare_count.load(), reclaimable ? 0u : kept) << "spares after " << waited << " s";
+  if (reclaimable) {
+    EXPECT_EQ(idle->spare_classes.load(), 0u);
+  }
+  EXPECT_GE(waited, 0.45) << "spares were taken from their thread before a purge delay";
+  phase.store(2);
+
+  wait_for(3);
+  ASSERT_GE(idle->spare_count.load(), 1u) << "the thread did not keep spares again after the pass took them";
+  const uint32_t kept_again = idle->spare_count.load();
+  xalloc_trim(0);
+  EXPECT_EQ(idle->spare_count.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
+  phase.store(4);
+  owner.join();
+}
+
 // A thread whose only blocks are large has no heap until its first large
 // block: it gets a heap then (the home of its blocks' spans), and keeps the
 // span it frees as any thread does.
