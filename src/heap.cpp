@@ -257,6 +257,12 @@ void spares_release(Heap* heap, unsigned cls) {
   while (heap->spare[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
 }
 
+// A spare kept or taken: what the reclaim pass looks at to tell a heap
+// that has stopped using its spares.
+void note_spare_change(Heap* heap) {
+  heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 void spare_keep(Heap* heap, Page* page) {
   unsigned cls = page->size_class;
   page->set_state(SlabState::kDetached);
@@ -266,7 +272,7 @@ void spare_keep(Heap* heap, Page* page) {
                             std::memory_order_relaxed);
   heap->spare_since[cls] = heap->slow_calls;
   heap->spare_count.store(heap->spare_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  note_spare_change(heap);
 }
 
 // A slab of `heap` whose last block came back (not its class's current
@@ -289,7 +295,7 @@ Page* spare_reuse(Heap* heap, unsigned cls) {
   Page* page = nullptr;
   if (heap->spare[cls] != nullptr) {
     page = spare_take(heap, cls);
-    heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    note_spare_change(heap);
   }
   kept_exit(heap);
   return page;

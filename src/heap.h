@@ -196,9 +196,8 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0), spare_changes(0), spare_seen(0),
-      requests{},
-      sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
+    : direct{}, serving{}, current{}, partial{}, spare{}, spare_since{}, spare_count(0), spare_classes(0),
+      spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
       kept_slices(0), kept_busy(0), kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
@@ -348,8 +347,8 @@ void quarantine_flush(Heap* heap);
 void heap_collect(Heap* heap);
 // A heap's kept spans and spare slabs are its thread's, but for the pass
 // that gives back those of a thread that stopped using them
-// (reclaim_idle_kept_memory in large.cpp). Their thread uses them many times a
-// second, the pass once per purge delay, so the thread's side of the
+// (reclaim_idle_kept_memory in large.cpp). Their thread uses them many
+// times a second, the pass once per purge delay, so the thread's side of the
 // exclusion has no locked instruction: it marks itself busy, then looks for
 // a claim (a store, then a load, which the processor may reorder); the pass
 // claims, then makes every processor running one of the process's threads

@@ -160,8 +160,8 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // neither merges it nor grows a neighbour into it. It goes back when the
 // heap's thread exits or trims, after kSpareLifetime slow paths unused
 // (heap.cpp), or when the thread has kept none for a purge delay
-// (reclaim_idle_kept_memory). In the secure build a kept span keeps its guard page
-// (large_guard_at).
+// (reclaim_idle_kept_memory). In the secure build a kept span keeps its
+// guard page (large_guard_at).
 
 // The slices a heap may keep now: kKeptSliceBudget, or its share of
 // kKeptSlicesAllHeaps when more threads live than that fits (a pool of a
@@ -564,10 +564,10 @@ void returned_spans_release(Heap* heap) {
 // returned stack whose head has not changed since the pass before, and the
 // kept spans and spare slabs of every heap that has kept or taken none
 // since the pass before: memory unused for at least a whole delay. (A
-// thread that only takes its kept spans may lose the
-// rest early, and a head that only looks unchanged - drained and pushed
-// again in between - sends its spans back early: either costs a trip to
-// the span allocator and nothing else. The home and the pass both take a
+// thread that only takes its kept spans may lose the rest early, and a
+// head that only looks unchanged - drained and pushed again in between -
+// sends its spans back early: either costs a trip to the span allocator
+// and nothing else. The home and the pass both take a
 // stack with one exchange; kept spans are claimed first, kept_enter.)
 XALLOC_STARTUP_DATA std::atomic<uint64_t> g_reclaim_next_pass_ms{0};
 XALLOC_STARTUP_DATA std::atomic<bool> g_reclaim_pass_running{false};

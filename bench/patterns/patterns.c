@@ -157,14 +157,25 @@ static void *pool_worker(void *arg) {
   return NULL;
 }
 
+/* Starts POOL threads running `worker` (its argument: the thread's index)
+ * and waits until `counter` reaches POOL. */
+static void pool_start(pthread_t *threads, void *(*worker)(void *), _Atomic unsigned *counter) {
+  for (unsigned i = 0; i < POOL; i++)
+    if (pthread_create(&threads[i], NULL, worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
+  unsigned spins = 0;
+  while (atomic_load_explicit(counter, memory_order_acquire) != POOL) xb_pause(&spins);
+}
+
+static void pool_end(pthread_t *threads) {
+  atomic_store_explicit(&g_pool_done, 1, memory_order_release);
+  for (unsigned i = 0; i < POOL; i++) pthread_join(threads[i], NULL);
+}
+
 /* Returns the seconds the turns took. */
 static double idle_pool(void) {
   pthread_t threads[POOL];
   uint64_t start = xb_now_ns();
-  for (unsigned i = 0; i < POOL; i++)
-    if (pthread_create(&threads[i], NULL, pool_worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
-  unsigned spins = 0;
-  while (atomic_load_explicit(&g_turn, memory_order_acquire) != POOL) xb_pause(&spins);
+  pool_start(threads, pool_worker, &g_turn);
   double turns = xb_seconds_since(start);
   /* The main thread goes on working while the pool idles: 4000 small blocks
    * at a time, more than a slab holds, so that its allocations reach the
@@ -181,8 +192,7 @@ static double idle_pool(void) {
     xb_sleep_ms(5);
   }
   printf("rss_later_kb=%ld\n", xb_rss_kb());
-  atomic_store_explicit(&g_pool_done, 1, memory_order_release);
-  for (unsigned i = 0; i < POOL; i++) pthread_join(threads[i], NULL);
+  pool_end(threads);
   return turns;
 }
 
@@ -208,10 +218,7 @@ static void *small_worker(void *arg) {
 static double idle_small(void) {
   pthread_t threads[POOL];
   uint64_t start = xb_now_ns();
-  for (unsigned i = 0; i < POOL; i++)
-    if (pthread_create(&threads[i], NULL, small_worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
-  unsigned spins = 0;
-  while (atomic_load_explicit(&g_small_done_threads, memory_order_acquire) != POOL) xb_pause(&spins);
+  pool_start(threads, small_worker, &g_small_done_threads);
   double work = xb_seconds_since(start);
   /* The main thread's working set: 20,000 blocks replaced at random. */
   enum { SLOTS = 20000 };
@@ -229,8 +236,7 @@ static double idle_small(void) {
   }
   printf("rss_later_kb=%ld\n", xb_rss_kb());
   for (size_t i = 0; i < SLOTS; i++) free(slot[i]);
-  atomic_store_explicit(&g_pool_done, 1, memory_order_release);
-  for (unsigned i = 0; i < POOL; i++) pthread_join(threads[i], NULL);
+  pool_end(threads);
   return work;
 }
 
