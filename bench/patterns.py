@@ -7,7 +7,7 @@ others: a buffer asked for at two lengths in turn, a large block through the
 shared span allocator, calloc of a big table of which few pages are touched,
 aligned small blocks, realloc one byte at a time, buffers handed from one
 thread to another, a pool of threads that each use a buffer (or small blocks)
-once and idle. The suite's workloads (run.py) have none of these.
+once and idle, threads that use every size once and then a few. The suite's workloads (run.py) have none of these.
 
   python3 bench/patterns.py [--rounds 5] [--alloc xalloc,glibc,mimalloc]
                             [--only handoff,realloc-byte] [--build-dir build]
@@ -34,7 +34,7 @@ import suite  # noqa: E402
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATTERNS = ["two-lengths", "span-1mib", "calloc-sparse", "calloc-full", "memalign-64", "realloc-byte", "handoff",
-            "idle-pool", "idle-small"]
+            "idle-pool", "idle-small", "size-shift"]
 
 
 def run_once(bin_dir: str, pattern: str, preload: str, report: str) -> tuple[float, int, int | None]:

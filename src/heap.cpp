@@ -239,6 +239,10 @@ void slab_release(Heap* heap, Page* page) {
 // at most 256 KiB kept), each for at most this many slow paths unused.
 constexpr uint32_t kMaxSpares = 4;
 constexpr uint32_t kSpareLifetime = 64;
+// An empty current slab of a class that has taken no slow path for this many
+// of its heap's slow calls leaves the heap (current_slabs_expire).
+constexpr uint32_t kCurrentLifetime = 256;
+static_assert(std::has_single_bit(kCurrentLifetime), "heap_periodic masks slow_calls with it");
 
 // (The spare functions run between kept_enter and kept_exit, or in the
 // reclaim pass after its barrier: heap.h.)
@@ -299,6 +303,26 @@ Page* spare_reuse(Heap* heap, unsigned cls) {
   }
   kept_exit(heap);
   return page;
+}
+
+// A class's current slab stays with its heap while the class is in use,
+// even when all its blocks are free. One that is empty and whose class has
+// taken no slow path for kCurrentLifetime of the heap's slow calls goes to the
+// slab pool (and from there back to the OS if no thread takes it): a thread
+// that used many sizes once (start-up, a burst) and went on with a few
+// does not keep a slab of every size it ever used. A class still in use
+// through its fast path alone gets a slab again at its next slow path.
+void current_slabs_expire(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    Page* page = heap->current[cls];
+    if (page == &g_empty_page || page->needed != kCurrentBias ||
+        heap->slow_calls - heap->class_slow_at[cls] < kCurrentLifetime)
+      continue;
+    set_current(heap, cls, &g_empty_page);
+    page->needed = 0;
+    page->set_state(SlabState::kDetached);
+    slab_release(heap, page);
+  }
 }
 
 void spares_expire(Heap* heap) {
@@ -366,6 +390,8 @@ void heap_periodic(Heap* heap) {
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
   if (heap->spare_classes.load(std::memory_order_relaxed) != 0) spares_expire(heap);
+  // (Not while the profiler's windows stand in front of the current slabs.)
+  if ((heap->slow_calls & (kCurrentLifetime - 1)) == 0 && !prof::windowed()) current_slabs_expire(heap);
   if (heap->slow_calls - heap->kept_since >= kSpareLifetime) kept_spans_release(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
@@ -489,6 +515,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   }
   // The class's borrowed list ran dry: serve the current slab again.
   if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);
+  heap->class_slow_at[cls] = heap->slow_calls;
   Page* page = heap->current[cls];
   XALLOC_DEBUG_ONLY(if (page != &g_empty_page) check_slab(heap, page));
   if (page->free != nullptr) return slab_pop(page, page->free);

@@ -28,10 +28,15 @@
  *                  2 s: rss_later_kb is what the process holds at the
  *                  end, the idle threads' freed memory included unless
  *                  the main thread reuses it (time_s: the threads' work)
+ *   size-shift     8 threads each fill and free 4,000 blocks of 16 B-16 KiB
+ *                  (a start-up or a burst that uses every size), then go
+ *                  on with batches of 4,000 48-byte blocks for 2 s:
+ *                  rss_later_kb is what the process holds at the end
+ *                  (time_s: the whole run)
  *
  * usage: patterns <name>
- * prints: time_s (the loop), peak_rss_kb; idle-pool and idle-small also
- *         rss_later_kb.
+ * prints: time_s (the loop), peak_rss_kb; idle-pool, idle-small and
+ *         size-shift also rss_later_kb.
  */
 #include "xbench.h"
 
@@ -240,8 +245,48 @@ static double idle_small(void) {
   return work;
 }
 
+/* size-shift: threads that use every size once, then a few. */
+enum { SHIFT_THREADS = 8 };
+static _Atomic unsigned g_shift_done_threads;
+
+static void *shift_worker(void *arg) {
+  xb_rng rng = xb_rng_make((uint64_t)(uintptr_t)arg + 1);
+  static _Thread_local void *blocks[4000];
+  for (int i = 0; i < 4000; i++) {
+    size_t size = (size_t)xb_range(&rng, 16, 16384);
+    blocks[i] = malloc(size);
+    if (blocks[i] == NULL) xb_fail("malloc(%zu) returned NULL", size);
+    memset(blocks[i], i & 0xff, size);
+  }
+  for (int i = 0; i < 4000; i++) free(blocks[i]);
+  uint64_t start = xb_now_ns();
+  while (xb_seconds_since(start) < 2.0) {
+    for (int i = 0; i < 4000; i++) {
+      blocks[i] = malloc(48);
+      if (blocks[i] == NULL) xb_fail("malloc(48) returned NULL");
+      memset(blocks[i], i & 0xff, 48);
+    }
+    for (int i = 0; i < 4000; i++) free(blocks[i]);
+    xb_sleep_ms(5);
+  }
+  atomic_fetch_add_explicit(&g_shift_done_threads, 1, memory_order_release);
+  while (!atomic_load_explicit(&g_pool_done, memory_order_acquire)) xb_sleep_ms(5);
+  return NULL;
+}
+
+static void size_shift(void) {
+  pthread_t threads[SHIFT_THREADS];
+  for (unsigned i = 0; i < SHIFT_THREADS; i++)
+    if (pthread_create(&threads[i], NULL, shift_worker, (void *)(uintptr_t)i) != 0) xb_fail("pthread_create failed");
+  unsigned spins = 0;
+  while (atomic_load_explicit(&g_shift_done_threads, memory_order_acquire) != SHIFT_THREADS) xb_pause(&spins);
+  printf("rss_later_kb=%ld\n", xb_rss_kb());
+  atomic_store_explicit(&g_pool_done, 1, memory_order_release);
+  for (unsigned i = 0; i < SHIFT_THREADS; i++) pthread_join(threads[i], NULL);
+}
+
 int main(int argc, char **argv) {
-  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff|idle-pool|idle-small>");
+  xb_usage_check(argc, argv, "<two-lengths|span-1mib|calloc-sparse|calloc-full|memalign-64|realloc-byte|handoff|idle-pool|idle-small|size-shift>");
   xb_init();
   if (argc != 2) return XB_EXIT_USAGE;
   const char *name = argv[1];
@@ -256,6 +301,7 @@ int main(int argc, char **argv) {
   else if (strcmp(name, "handoff") == 0) handoff();
   else if (strcmp(name, "idle-pool") == 0) loop_seconds = idle_pool();
   else if (strcmp(name, "idle-small") == 0) loop_seconds = idle_small();
+  else if (strcmp(name, "size-shift") == 0) size_shift();
   else {
     fprintf(stderr, "patterns: unknown pattern \"%s\"\n", name);
     return XB_EXIT_USAGE;

@@ -470,6 +470,32 @@ TEST(SpareSlabs, EmptiedSlabServesTheNextRefillOfItsClass) {
   }).join();
 }
 
+// A thread that used many sizes once and went on with a few does not keep
+// a current slab of every size: an empty one of a class that has taken no
+// slow path for a while leaves the heap. The class still in use keeps its.
+TEST(CurrentSlabs, EmptySlabOfAClassNoLongerUsedLeavesTheHeap) {
+  std::thread([] {
+    std::vector<void*> once;
+    for (size_t size = 16; size <= 1024; size += 16) once.push_back(xalloc_malloc(size));
+    xalloc::Heap* heap = xalloc::t_heap;
+    const unsigned used_once = xalloc::class_of(1000);
+    const unsigned in_use = xalloc::class_of(48);
+    for (void* p : once) xalloc_free(p);
+    ASSERT_NE(heap->current[used_once], &xalloc::g_empty_page) << "the class used once has no current slab";
+    const uint32_t start = heap->slow_calls;
+    while (heap->slow_calls - start < 1024) {
+      std::vector<void*> blocks = fill_three_slabs();
+      for (void* p : blocks) xalloc_free(p);
+    }
+    EXPECT_EQ(heap->current[used_once], &xalloc::g_empty_page) << "an empty slab stayed with a class unused since";
+    EXPECT_NE(heap->current[in_use], &xalloc::g_empty_page) << "the class in use lost its slab";
+    void* again = xalloc_malloc(1000);  // the class gets a slab again
+    EXPECT_NE(again, nullptr);
+    EXPECT_NE(heap->current[used_once], &xalloc::g_empty_page);
+    xalloc_free(again);
+  }).join();
+}
+
 // A thread that goes idle does not sit on its spare slabs either: another
 // thread's periodic work gives them up once they have gone unused for a
 // whole purge delay, malloc_trim at once. (Only where the kernel has
