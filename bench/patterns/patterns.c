@@ -201,19 +201,24 @@ static double idle_pool(void) {
   return turns;
 }
 
-/* idle-small: threads that each use small blocks once and stay alive. */
-static _Atomic unsigned g_small_done_threads;
-
-static void *small_worker(void *arg) {
-  xb_rng rng = xb_rng_make((uint64_t)(uintptr_t)arg + 1);
+/* 4,000 blocks of `lo`..`hi` bytes (uniform), written, then freed. */
+static void use_blocks_once(uint64_t seed, size_t lo, size_t hi) {
+  xb_rng rng = xb_rng_make(seed);
   static _Thread_local void *blocks[4000];
   for (int i = 0; i < 4000; i++) {
-    size_t size = (size_t)xb_range(&rng, 16, 952);
+    size_t size = (size_t)xb_range(&rng, lo, hi);
     blocks[i] = malloc(size);
     if (blocks[i] == NULL) xb_fail("malloc(%zu) returned NULL", size);
     memset(blocks[i], i & 0xff, size);
   }
   for (int i = 0; i < 4000; i++) free(blocks[i]);
+}
+
+/* idle-small: threads that each use small blocks once and stay alive. */
+static _Atomic unsigned g_small_done_threads;
+
+static void *small_worker(void *arg) {
+  use_blocks_once((uint64_t)(uintptr_t)arg + 1, 16, 952);
   atomic_fetch_add_explicit(&g_small_done_threads, 1, memory_order_release);
   while (!atomic_load_explicit(&g_pool_done, memory_order_acquire)) xb_sleep_ms(5);
   return NULL;
@@ -250,15 +255,8 @@ enum { SHIFT_THREADS = 8 };
 static _Atomic unsigned g_shift_done_threads;
 
 static void *shift_worker(void *arg) {
-  xb_rng rng = xb_rng_make((uint64_t)(uintptr_t)arg + 1);
+  use_blocks_once((uint64_t)(uintptr_t)arg + 1, 16, 16384);
   static _Thread_local void *blocks[4000];
-  for (int i = 0; i < 4000; i++) {
-    size_t size = (size_t)xb_range(&rng, 16, 16384);
-    blocks[i] = malloc(size);
-    if (blocks[i] == NULL) xb_fail("malloc(%zu) returned NULL", size);
-    memset(blocks[i], i & 0xff, size);
-  }
-  for (int i = 0; i < 4000; i++) free(blocks[i]);
   uint64_t start = xb_now_ns();
   while (xb_seconds_since(start) < 2.0) {
     for (int i = 0; i < 4000; i++) {
