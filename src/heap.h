@@ -71,8 +71,9 @@ struct alignas(64) Heap {
   Page* serving[kNumClasses];
   Page* current[kNumClasses];
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
-  // slow_calls at each class's last slow path: a class that has taken none
-  // for a while and whose current slab is empty lets the slab go (heap.cpp).
+  // slow_calls at each class's last refill (heap_alloc_refill): a class that
+  // has had none for a while and whose current slab is empty lets the slab
+  // go (current_slabs_expire in heap.cpp).
   uint32_t class_slow_at[kNumClasses];
   // Empty slabs kept instead of leaving the heap (slab_pool.h), with
   // their free lists intact (a few in all, listed by class through
@@ -199,9 +200,10 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_count(0), spare_classes(0),
-      spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), window{}, window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0),
-      kept_slices(0), kept_busy(0), kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
+    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_count(0),
+      spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), window{},
+      window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
+      kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
 #endif
