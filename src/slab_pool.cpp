@@ -12,21 +12,30 @@ namespace xalloc::slab_pool {
 
 namespace {
 
-struct ClassList {
-  Page* head;          // linked through Page::next, newest first
-  uint32_t count;
-  uint32_t low_water;  // the fewest listed since the current interval began
+// Each class has a lock of its own, on a cache line of its own: with one
+// lock for the whole pool, threads that each churn through slabs of their
+// own (a batch of blocks allocated and freed, random replacement in a
+// working set) queued on it once there were more than a few of them.
+struct alignas(64) ClassList {
+  Mutex lock;
+  Page* head = nullptr;    // linked through Page::next, newest first
+  uint32_t count = 0;
+  uint32_t low_water = 0;  // the fewest listed since the current interval began
 };
 
 static_assert(kNumClasses <= 64, "one bit per class in g_classes_held");
 
-XALLOC_STARTUP_DATA Mutex g_lock;
 XALLOC_STARTUP_DATA ClassList g_lists[kNumClasses];
-// Bit c: g_lists[c] is not empty. Written under the lock; read without it
-// as a hint, so that a refill finds out that nothing fits without locking.
-XALLOC_STARTUP_DATA std::atomic<uint64_t> g_classes_held{0};
-XALLOC_STARTUP_DATA std::atomic<size_t> g_bytes{0};
-XALLOC_STARTUP_DATA std::atomic<uint64_t> g_next_look_ms{0};
+// Bit c: g_lists[c] is not empty. Changed under that class's lock, with an
+// atomic read-modify-write since other classes' bits change beside it;
+// read without a lock as a hint, so that a refill finds out that nothing
+// fits without locking.
+alignas(64) XALLOC_STARTUP_DATA std::atomic<uint64_t> g_classes_held{0};
+// Bytes held, reserved before a slab is listed: never above kPoolBytes.
+alignas(64) XALLOC_STARTUP_DATA std::atomic<size_t> g_bytes{0};
+// When the next look for idle slabs is due; the thread that moves it on
+// makes the look.
+alignas(64) XALLOC_STARTUP_DATA std::atomic<uint64_t> g_next_look_ms{0};
 
 // The classes whose slabs are `slices` long.
 constexpr uint64_t classes_of_length(size_t slices) {
@@ -44,15 +53,22 @@ constexpr auto kClassesOfLength = [] {
   return masks;
 }();
 
-void add_bytes(size_t bytes) { g_bytes.store(g_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed); }
-void sub_bytes(size_t bytes) { g_bytes.store(g_bytes.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed); }
+// Reserves room for `bytes`: false when the pool would hold more than
+// kPoolBytes.
+bool reserve_bytes(size_t bytes) {
+  if (g_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes <= kPoolBytes) return true;
+  g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  return false;
+}
+void sub_bytes(size_t bytes) { g_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
 
 void set_held(unsigned cls, bool held) {
   uint64_t bit = uint64_t{1} << cls;
-  uint64_t classes = g_classes_held.load(std::memory_order_relaxed);
-  g_classes_held.store(held ? classes | bit : classes & ~bit, std::memory_order_relaxed);
+  if (held) g_classes_held.fetch_or(bit, std::memory_order_relaxed);
+  else g_classes_held.fetch_and(~bit, std::memory_order_relaxed);
 }
 
+// (The _locked functions run under g_lists[cls].lock.)
 Page* pop_locked(unsigned cls) {
   ClassList& list = g_lists[cls];
   Page* page = list.head;
@@ -106,50 +122,52 @@ uint64_t interval_ms() { return g_options.purge_delay_ms / 2 > 0 ? g_options.pur
 bool put(Page* page) {
   // No delay: freed memory is to go back at once.
   if (g_options.purge_delay_ms == 0) return false;
-  size_t span = page->span_bytes();
+  if (!reserve_bytes(page->span_bytes())) return false;
   unsigned cls = page->size_class;
-  LockGuard guard(g_lock);
-  if (g_bytes.load(std::memory_order_relaxed) + span > kPoolBytes) return false;
   ClassList& list = g_lists[cls];
+  LockGuard guard(list.lock);
   page->next = list.head;
   list.head = page;
-  list.count++;
-  set_held(cls, true);
-  add_bytes(span);
+  if (list.count++ == 0) set_held(cls, true);
   return true;
 }
 
 Page* take(unsigned cls) {
   // Most refills find no slab of their class here: no lock for them.
   if ((g_classes_held.load(std::memory_order_relaxed) & (uint64_t{1} << cls)) == 0) return nullptr;
-  LockGuard guard(g_lock);
-  return g_lists[cls].count != 0 ? pop_locked(cls) : nullptr;
+  ClassList& list = g_lists[cls];
+  LockGuard guard(list.lock);
+  return list.count != 0 ? pop_locked(cls) : nullptr;
 }
 
 Page* take_any_of_length(size_t slices) {
   if (slices > kLongestSlab) return nullptr;
   uint64_t mask = kClassesOfLength[slices];
-  if ((g_classes_held.load(std::memory_order_relaxed) & mask) == 0) return nullptr;
-  LockGuard guard(g_lock);
-  uint64_t candidates = g_classes_held.load(std::memory_order_relaxed) & mask;
-  if (candidates == 0) return nullptr;
-  return pop_locked(static_cast<unsigned>(std::countr_zero(candidates)));
+  // A class found empty under its lock was emptied since the hint was
+  // read: try the next one the hint names.
+  for (uint64_t candidates = g_classes_held.load(std::memory_order_relaxed) & mask; candidates != 0;
+       candidates &= candidates - 1) {
+    unsigned cls = static_cast<unsigned>(std::countr_zero(candidates));
+    ClassList& list = g_lists[cls];
+    LockGuard guard(list.lock);
+    if (list.count != 0) return pop_locked(cls);
+  }
+  return nullptr;
 }
 
 void release_idle(uint64_t now_ms) {
-  if (g_bytes.load(std::memory_order_relaxed) == 0 || now_ms < g_next_look_ms.load(std::memory_order_relaxed)) return;
+  if (g_bytes.load(std::memory_order_relaxed) == 0) return;
+  uint64_t due = g_next_look_ms.load(std::memory_order_relaxed);
+  if (now_ms < due) return;
   uint64_t interval = interval_ms();
+  // One thread makes each look: the one that moves the time of the next on.
+  if (!g_next_look_ms.compare_exchange_strong(due, now_ms + interval, std::memory_order_relaxed)) return;
   Page* chain = nullptr;
-  {
-    LockGuard guard(g_lock);
-    // Another thread may have looked since this one read the clock.
-    if (now_ms < g_next_look_ms.load(std::memory_order_relaxed)) return;
-    g_next_look_ms.store(now_ms + interval, std::memory_order_relaxed);
-    for (unsigned cls = 0; cls < kNumClasses; ++cls) {
-      ClassList& list = g_lists[cls];
-      if (list.low_water != 0) unlink_oldest_locked(cls, list.low_water, chain);
-      list.low_water = list.count;
-    }
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    ClassList& list = g_lists[cls];
+    LockGuard guard(list.lock);
+    if (list.low_water != 0) unlink_oldest_locked(cls, list.low_water, chain);
+    list.low_water = list.count;
   }
   give_back(chain, interval);
 }
@@ -157,20 +175,25 @@ void release_idle(uint64_t now_ms) {
 size_t release_all() {
   if (g_bytes.load(std::memory_order_relaxed) == 0) return 0;
   Page* chain = nullptr;
-  {
-    LockGuard guard(g_lock);
-    for (unsigned cls = 0; cls < kNumClasses; ++cls) {
-      if (g_lists[cls].count != 0) unlink_oldest_locked(cls, g_lists[cls].count, chain);
-      g_lists[cls].low_water = 0;
-    }
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    ClassList& list = g_lists[cls];
+    LockGuard guard(list.lock);
+    if (list.count != 0) unlink_oldest_locked(cls, list.count, chain);
+    list.low_water = 0;
   }
   return give_back(chain, 0);
 }
 
 size_t bytes() { return g_bytes.load(std::memory_order_relaxed); }
 
-void lock_for_fork() { g_lock.lock(); }
-void unlock_after_fork_parent() { g_lock.unlock(); }
-void reset_after_fork_child() { g_lock.reset_after_fork(); }
+void lock_for_fork() {
+  for (ClassList& list : g_lists) list.lock.lock();
+}
+void unlock_after_fork_parent() {
+  for (ClassList& list : g_lists) list.lock.unlock();
+}
+void reset_after_fork_child() {
+  for (ClassList& list : g_lists) list.lock.reset_after_fork();
+}
 
 }  // namespace xalloc::slab_pool

@@ -54,7 +54,7 @@ size_t release_all();
 // Bytes held now (statistics).
 size_t bytes();
 
-// fork(): the pool's lock is held across it, and is free in the child.
+// fork(): the pool's locks are held across it, and are free in the child.
 void lock_for_fork();
 void unlock_after_fork_parent();
 void reset_after_fork_child();
