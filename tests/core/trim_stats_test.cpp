@@ -754,6 +754,56 @@ TEST(SlabPool, KeepsSlabsOfTheirClassWithTheirFreeListsIntact) {
   xalloc_trim(0);
 }
 
+// Threads that each fill and empty slabs of several classes of one slab
+// length, round after round, hand slabs to the pool and take them back
+// under its per-class locks (and make pooled slabs of one class slabs of
+// another) while another thread trims. A slab listed twice, or taken by
+// two heaps at once, would hand one block to two threads: each thread
+// fills its blocks with a pattern of its own and checks it before freeing.
+TEST(SlabPool, ThreadsChurningSlabsThroughThePoolLoseNoneAndShareNone) {
+  constexpr unsigned kThreads = 4;
+  constexpr unsigned kRounds = 12;
+  constexpr size_t kSizes[] = {96, 256, 512, 1024};  // one-slice slabs
+  xalloc_trim(0);
+  std::atomic<unsigned> running{kThreads};
+  std::atomic<bool> intact{true};
+  std::atomic<size_t> most_pooled{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned round = 0; round < kRounds; ++round) {
+        size_t size = kSizes[(t + round) % std::size(kSizes)];
+        std::vector<void*> blocks;
+        for (size_t i = 0; i < 1536 * 1024 / size; ++i) {
+          void* p = xalloc_malloc(size);
+          if (p == nullptr) break;
+          memset(p, static_cast<int>((t * 37 + i) & 0xff), size);
+          blocks.push_back(p);
+        }
+        for (size_t i = 0; i < blocks.size(); ++i) {
+          auto* bytes = static_cast<unsigned char*>(blocks[i]);
+          if (bytes[0] != ((t * 37 + i) & 0xff) || bytes[size - 1] != ((t * 37 + i) & 0xff)) intact = false;
+        }
+        free_all(blocks);
+      }
+      running.fetch_sub(1);
+    });
+  }
+  // The pool never holds more than its limit, trims and all.
+  for (unsigned look = 0; running.load() != 0; ++look) {
+    size_t pooled = xalloc::slab_pool::bytes();
+    EXPECT_LE(pooled, xalloc::slab_pool::kPoolBytes);
+    if (pooled > most_pooled.load()) most_pooled = pooled;
+    if (look % 64 == 63) xalloc_trim(0);
+    std::this_thread::yield();
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_TRUE(intact) << "a block was handed to two threads at once";
+  EXPECT_GT(most_pooled.load(), 0u) << "no slab went through the pool: the test tests nothing";
+  xalloc_trim(0);
+  EXPECT_EQ(xalloc::slab_pool::bytes(), 0u) << "trim left pooled slabs";
+}
+
 TEST(SlabPool, SlabsEmptiedByOneThreadServeAnother) {
   xalloc_trim(0);
   std::thread([] { free_all(filled_blocks(512, 8 * kMiB)); }).join();
