@@ -75,7 +75,7 @@ void set_current(Heap* heap, unsigned cls, Page* page) {
   bool small = cls < kNumSmallClasses;
   // Sampled small allocations go through the class's window; counted ones,
   // and sampled ones of 1-64 KiB, take the slow path: the tables stay empty.
-  if (prof::windowed() && small) page = &heap->window[cls];
+  if (prof::windowed() && small && heap->windows != nullptr) page = &heap->windows->window[cls];
   else if (prof::watching()) page = &g_empty_page;
   else if (heap->borrowed != nullptr && heap->borrowed->list[cls].free != nullptr) page = &heap->borrowed->list[cls];
   heap->serving[cls] = page;
@@ -446,7 +446,11 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   heap->quarantine_turn = heap->quarantine_mid;
 #endif
   heap->sample_countdown = prof::sample_interval();
-  for (int64_t& countdown : heap->window_countdown) countdown = prof::sample_interval();
+  // (Without its windows - no memory for them - the heap samples through
+  // the slow path, as when statistics are on: set_current, window_alloc.)
+  if (prof::windowed()) heap->windows = static_cast<ProfileWindows*>(os::map(sizeof(ProfileWindows)));
+  if (heap->windows != nullptr)
+    for (int64_t& countdown : heap->windows->countdown) countdown = prof::sample_interval();
   // Not in secure mode, whose canary ends the block: in a larger block a
   // short overflow would stop short of it. Nor while statistics or the
   // profiler count requests by their own class.
@@ -476,7 +480,7 @@ void* heap_switch_slab(Heap* heap, unsigned cls) {
 
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
   if (void* block = heap_switch_slab(heap, cls)) return block;
-  if (from_direct && prof::windowed() && heap != &g_empty_heap) return window_alloc(heap, cls);
+  if (from_direct && prof::windowed() && heap->windows != nullptr) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and
   // take the block at once unless a sample is due.
   if (from_direct) {
@@ -724,10 +728,11 @@ void window_open(Heap* heap, unsigned cls) {
   if (listed == 0) return;
   FreeBlock* first = page->free;
   uint64_t taken = listed;
-  if (listed * size < static_cast<uint64_t>(heap->window_countdown[cls])) {
+  int64_t countdown = heap->windows->countdown[cls];
+  if (listed * size < static_cast<uint64_t>(countdown)) {
     page->free = nullptr;
   } else {
-    taken = static_cast<uint64_t>(heap->window_countdown[cls] - 1) / size;  // the blocks before the sampled byte
+    taken = static_cast<uint64_t>(countdown - 1) / size;  // the blocks before the sampled byte
     if (taken == 0) return;
     FreeBlock* last = first;
     for (uint64_t i = 1; i < taken; ++i) last = next_free(page, last);
@@ -735,22 +740,23 @@ void window_open(Heap* heap, unsigned cls) {
     set_next_free(page, last, nullptr);
   }
   page->needed += taken;
-  heap->window[cls].free = first;
+  heap->windows->window[cls].free = first;
 }
 
 // Counts the bytes popped from the window of `cls` since it was last
 // counted towards the class's next sample.
 void window_count_pops(Heap* heap, unsigned cls) {
-  Page& window = heap->window[cls];
-  heap->window_countdown[cls] -= static_cast<int64_t>(window.needed * kClassInfo[cls].size);
+  Page& window = heap->windows->window[cls];
+  heap->windows->countdown[cls] -= static_cast<int64_t>(window.needed * kClassInfo[cls].size);
   window.needed = 0;
 }
 
 // Returns the blocks left in the heap's windows to their slabs.
 void windows_close(Heap* heap) {
+  if (heap->windows == nullptr) return;
   for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) {
     window_count_pops(heap, cls);
-    Page& window = heap->window[cls];
+    Page& window = heap->windows->window[cls];
     while (window.free != nullptr) {
       FreeBlock* block = window.free;
       window.free = next_free(&window, block);
@@ -765,11 +771,11 @@ void windows_close(Heap* heap) {
 // byte, or it takes a block the ordinary way and opens the next window.
 void* window_alloc(Heap* heap, unsigned cls) {
   if (heap->drain_requested.load(std::memory_order_acquire) != 0) answer_drain_request(heap);
-  Page& window = heap->window[cls];
+  Page& window = heap->windows->window[cls];
   if (window.free != nullptr) return slab_pop(&window, window.free);  // the table was emptied for a drain
   window_count_pops(heap, cls);
   auto size = static_cast<int64_t>(kClassInfo[cls].size);
-  int64_t& countdown = heap->window_countdown[cls];
+  int64_t& countdown = heap->windows->countdown[cls];
   if (countdown <= size) {
     countdown = prof::sample_interval();
     if (void* sampled = prof::sample(heap, static_cast<size_t>(size), 0)) return sampled;

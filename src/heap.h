@@ -55,6 +55,19 @@ struct BorrowedLists {
   uint32_t count[kNumClasses];
 };
 
+// Profiling without statistics (heap_profiler.h): the direct table points
+// at these windows instead of the current slabs. A window's free list is a
+// run of blocks taken off its class's current slab (which counts them as in
+// use) that ends before the class's next sampled byte, so the fast path
+// counts nothing: the allocation that finds the window empty is either the
+// sampled one or opens the next window. A window's `needed` counts its pops
+// since it opened. (Out of the heap: a heap that does not profile does not
+// carry, zero and fault in the 5 KiB of them.)
+struct ProfileWindows {
+  Page window[kNumSmallClasses];
+  int64_t countdown[kNumSmallClasses];  // bytes of the class until its next sample
+};
+
 struct alignas(64) Heap {
   struct EmptyTag {};
   // A heap with no slabs: every slot points at g_empty_page.
@@ -94,15 +107,9 @@ struct alignas(64) Heap {
   // per class, then large and huge; bytes until the next sample.
   uint64_t requests[kNumClasses + 2];
   int64_t sample_countdown;
-  // Profiling without statistics (heap_profiler.h): the direct table
-  // points at these windows instead of the current slabs. A window's free
-  // list is a run of blocks taken off its class's current slab (which
-  // counts them as in use) that ends before the class's next sampled byte,
-  // so the fast path counts nothing: the allocation that finds the window
-  // empty is either the sampled one or opens the next window. A window's
-  // `needed` counts its pops since it opened.
-  Page window[kNumSmallClasses];
-  int64_t window_countdown[kNumSmallClasses];  // bytes of the class until its next sample
+  // Profiling without statistics: the windows the direct table points at
+  // (ProfileWindows, above); mapped with the heap, only when profiling.
+  ProfileWindows* windows;
   // Blocks borrowed from stalled heaps' inboxes (borrow.h); mapped when
   // the heap first borrows, so that heaps that never do touch none of it.
   BorrowedLists* borrowed;
@@ -201,8 +208,8 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_count(0),
-      spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), window{},
-      window_countdown{}, borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
+      spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), windows(nullptr),
+      borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
       kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
       quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
