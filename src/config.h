@@ -18,8 +18,8 @@ constexpr size_t kSliceShift = 16;
 constexpr size_t kSliceSize = size_t{1} << kSliceShift;  // 64 KiB
 constexpr size_t kSlicesPerSegment = kSegmentSize / kSliceSize;  // 512
 // The first slices of a segment hold its header: 512 page descriptors of
-// two cache lines each (page.h) do not fit in one.
-constexpr size_t kHeaderSlices = 2;
+// 256 bytes each (page.h) and the slice map.
+constexpr size_t kHeaderSlices = 3;
 constexpr size_t kHeaderBytes = kHeaderSlices * kSliceSize;
 // The most slices a span in a segment can have.
 constexpr size_t kPayloadSlices = kSlicesPerSegment - kHeaderSlices;

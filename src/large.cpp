@@ -352,7 +352,7 @@ Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
 // --- huge -------------------------------------------------------------------
 
 // The block starts this far into its mapping (the header is in front of
-// it), or at its alignment if that is larger.
+// it), or at the first multiple of its alignment past that.
 constexpr size_t kHugeHeader = kHeaderBytes;
 
 XALLOC_STARTUP_DATA Mutex g_huge_lock;
@@ -364,7 +364,9 @@ XALLOC_STARTUP_DATA uint64_t g_huge_next_purge_ms = 0;
 // burst of frees that nothing takes back (huge_free).
 XALLOC_STARTUP_DATA size_t g_huge_unreused_bytes = 0;
 
-size_t huge_offset(size_t alignment) { return alignment > kHugeHeader ? alignment : kHugeHeader; }
+size_t huge_offset(size_t alignment) {
+  return alignment > kOsPageSize ? round_up(kHugeHeader, alignment) : kHugeHeader;  // (0: no alignment asked)
+}
 
 // The mapping for a huge block that ends `end` bytes into it. Mappings come
 // in eight sizes per doubling, so that a buffer freed and asked for again

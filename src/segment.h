@@ -52,12 +52,12 @@ struct Segment {
   // in, 0 if it was not: large.cpp.)
   uint32_t budget_purge_epoch;
   Page* page_of_slice[kSlicesPerSegment];
-  // On a 128-byte boundary: a descriptor's two lines are then one of the
-  // aligned pairs that the processors' adjacent-line prefetch fetches
-  // together, so a free that misses on the second line (the owner) has the
-  // first (the free list) coming too. (At 64 mod 128 each pair held halves
-  // of two neighbouring descriptors; larson ran 5% slower.)
-  alignas(128) Page pages[kSlicesPerSegment];
+  // 256 bytes each, on a 256-byte boundary (page.h): a descriptor's two
+  // lines are one of the aligned pairs that the processors' adjacent-line
+  // prefetch fetches together, so a free that misses on the first line (the
+  // owner) has the second (the free list) coming too, and the pair never
+  // holds a line of a neighbouring descriptor.
+  Page pages[kSlicesPerSegment];
 
   // The first byte of the segment (its mapping).
   uintptr_t base() const { return reinterpret_cast<uintptr_t>(this) - kSegmentHeaderOffset; }
