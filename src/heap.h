@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "page.h"
+#include "platform/lock.h"
 #include "remote_free.h"
 #include "secure.h"
 #include "size_classes.h"
@@ -199,6 +200,14 @@ struct alignas(64) Heap {
   // The stack's head at the last reclaim pass (reclaim_idle_kept_memory in
   // large.cpp): written only by that pass.
   std::atomic<Page*> returned_seen;
+
+  // Held by whoever drains the heap's inbox while it is an orphan: a
+  // thread that sent it blocks (orphan_collect), trim, the exiting thread's
+  // last drain; and taken by the thread that adopts it, before it makes
+  // the heap active (thread_registry.cpp). A lock per heap, so that threads
+  // freeing blocks of different exited threads do not queue behind one
+  // another.
+  Mutex orphan_lock;
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).

@@ -129,14 +129,19 @@ void thread_heap_teardown(void* arg) {
   t_heap = &g_empty_heap;
   t_heap_torn_down = true;
   LockGuard guard(g_registry_lock);
-  heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+  {
+    // Senders that see the heap orphaned drain it under this lock: from
+    // the store on, this drain may meet theirs.
+    LockGuard orphan_guard(heap->orphan_lock);
+    heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
+    // Blocks sent while this thread was collecting, by threads that still
+    // saw it active. Any sender whose push comes after this drain's
+    // exchange synchronizes with it (acq_rel on both sides), so it sees
+    // kOrphan and drains itself (inbox_push).
+    heap_drain_inbox(heap);
+    returned_spans_release(heap);  // the same for spans of large blocks (large.cpp)
+  }
   g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  // Blocks sent while this thread was collecting, by threads that still saw
-  // it active. Any sender whose push comes after this drain's exchange
-  // synchronizes with it (acq_rel on both sides), so it sees kOrphan and
-  // drains itself (inbox_push).
-  heap_drain_inbox(heap);
-  returned_spans_release(heap);  // the same for spans of large blocks (large.cpp)
   push_orphan_locked(heap);
 }
 
@@ -147,6 +152,7 @@ void fork_prepare() {
   prof::lock_for_fork();
   stack_trace_hold_for_fork();
   g_registry_lock.lock();
+  for_each_heap([](Heap* heap) { heap->orphan_lock.lock(); });
   huge_cache_lock_for_fork();
   slab_pool::lock_for_fork();
   g_spans.lock_for_fork();
@@ -156,6 +162,7 @@ void fork_parent() {
   g_spans.unlock_after_fork_parent();
   slab_pool::unlock_after_fork_parent();
   huge_cache_unlock_after_fork_parent();
+  for_each_heap([](Heap* heap) { heap->orphan_lock.unlock(); });
   g_registry_lock.unlock();
   stack_trace_release_after_fork();
   prof::unlock_after_fork_parent();
@@ -166,6 +173,7 @@ void fork_child() {
   slab_pool::reset_after_fork_child();
   huge_cache_reset_after_fork_child();
   reclaim_reset_after_fork_child();
+  for_each_heap([](Heap* heap) { heap->orphan_lock.reset_after_fork(); });
   g_registry_lock.reset_after_fork();
   stack_trace_release_after_fork();
   prof::reset_after_fork_child();
@@ -235,9 +243,16 @@ Heap* thread_heap_acquire() {
   {
     LockGuard guard(g_registry_lock);
     heap = pop_orphan_locked();
-    if (heap == nullptr) heap = new_heap_locked();
-    if (heap == nullptr) return nullptr;
-    heap->state.store(HeapState::kActive, std::memory_order_relaxed);
+    if (heap != nullptr) {
+      // A sender may be draining it: wait for that drain to end, and make
+      // any later one see the heap active (and leave its blocks to us).
+      LockGuard orphan_guard(heap->orphan_lock);
+      heap->state.store(HeapState::kActive, std::memory_order_relaxed);
+    } else {
+      heap = new_heap_locked();
+      if (heap == nullptr) return nullptr;
+      heap->state.store(HeapState::kActive, std::memory_order_relaxed);
+    }
     g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   heap->thread_id = os::thread_id();
@@ -256,24 +271,29 @@ void* late_alloc(unsigned cls) {
     if (g_late_heap == nullptr) return nullptr;
     g_late_heap->state.store(HeapState::kOrphan, std::memory_order_relaxed);
   }
+  // Senders drain into it under its orphan lock.
+  LockGuard orphan_guard(g_late_heap->orphan_lock);
   return heap_alloc_slow(g_late_heap, cls);
 }
 
 void orphan_collect(Heap* heap) {
-  // Orphans are adopted and drained only under the registry lock, so a heap
-  // seen orphaned here is touched by nobody else meanwhile.
-  LockGuard guard(g_registry_lock);
+  // Orphans are drained, and adopted, only under their orphan lock, so a
+  // heap seen orphaned here is touched by nobody else meanwhile.
+  LockGuard guard(heap->orphan_lock);
   if (heap->state.load(std::memory_order_relaxed) == HeapState::kOrphan) heap_drain_inbox(heap);
 }
 
 void orphans_collect_all() {
   // Drain under the lock: trimming is rare and must see every orphan.
   LockGuard guard(g_registry_lock);
-  for (Heap* h = g_orphans; h != nullptr; h = h->next_orphan) heap_drain_inbox(h);
+  for (Heap* h = g_orphans; h != nullptr; h = h->next_orphan) orphan_collect(h);
   // The heap of exiting threads also gives up its current slabs, which no
   // thread exit settles. (Its outbox and quarantine are always empty, so
-  // this takes no other heap's inbox, and no second hold of the lock.)
-  if (g_late_heap != nullptr) heap_collect(g_late_heap);
+  // this takes no other heap's inbox, and no second hold of its lock.)
+  if (g_late_heap != nullptr) {
+    LockGuard orphan_guard(g_late_heap->orphan_lock);
+    heap_collect(g_late_heap);
+  }
 }
 
 Heap* registry_first() { return g_all_heaps.load(std::memory_order_acquire); }
