@@ -75,7 +75,7 @@ void set_current(Heap* heap, unsigned cls, Page* page) {
   bool small = cls < kNumSmallClasses;
   // Sampled small allocations go through the class's window; counted ones,
   // and sampled ones of 1-64 KiB, take the slow path: the tables stay empty.
-  if (prof::windowed() && small && heap->windows != nullptr) page = &heap->windows->window[cls];
+  if (small && heap->windows != nullptr) page = &heap->windows->window[cls];
   else if (prof::watching()) page = &g_empty_page;
   else if (heap->borrowed != nullptr && heap->borrowed->list[cls].free != nullptr) page = &heap->borrowed->list[cls];
   heap->serving[cls] = page;
@@ -447,7 +447,7 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
 #endif
   heap->sample_countdown = prof::sample_interval();
   // (Without its windows - no memory for them - the heap samples through
-  // the slow path, as when statistics are on: set_current, window_alloc.)
+  // the slow path, as when statistics are on: set_current, heap_alloc_slow.)
   if (prof::windowed()) heap->windows = static_cast<ProfileWindows*>(os::map(sizeof(ProfileWindows)));
   if (heap->windows != nullptr)
     for (int64_t& countdown : heap->windows->countdown) countdown = prof::sample_interval();
@@ -480,7 +480,7 @@ void* heap_switch_slab(Heap* heap, unsigned cls) {
 
 void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
   if (void* block = heap_switch_slab(heap, cls)) return block;
-  if (from_direct && prof::windowed() && heap->windows != nullptr) return window_alloc(heap, cls);
+  if (from_direct && heap->windows != nullptr) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and
   // take the block at once unless a sample is due.
   if (from_direct) {
@@ -789,7 +789,7 @@ void* window_alloc(Heap* heap, unsigned cls) {
 
 void heap_collect(Heap* heap) {
   if (secure::kEnabled) quarantine_flush(heap);
-  if (prof::windowed()) windows_close(heap);
+  windows_close(heap);
   borrowed_return(heap);
   outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);

@@ -243,14 +243,13 @@ Heap* thread_heap_acquire() {
   {
     LockGuard guard(g_registry_lock);
     heap = pop_orphan_locked();
-    if (heap != nullptr) {
-      // A sender may be draining it: wait for that drain to end, and make
-      // any later one see the heap active (and leave its blocks to us).
+    if (heap == nullptr) heap = new_heap_locked();
+    if (heap == nullptr) return nullptr;
+    {
+      // A sender may be draining an adopted orphan: wait for that drain to
+      // end, and make any later one see the heap active (and leave its
+      // blocks to us).
       LockGuard orphan_guard(heap->orphan_lock);
-      heap->state.store(HeapState::kActive, std::memory_order_relaxed);
-    } else {
-      heap = new_heap_locked();
-      if (heap == nullptr) return nullptr;
       heap->state.store(HeapState::kActive, std::memory_order_relaxed);
     }
     g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
