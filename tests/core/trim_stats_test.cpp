@@ -859,3 +859,40 @@ TEST(KeptSpans, ManyLiveThreadsShareOneBudget) {
   EXPECT_LE(most, xalloc::kKeptSlicesAllHeaps / kThreads);
   EXPECT_GT(kept, 0u) << "no heap kept its spans";
 }
+
+// A program that drops its memory and builds it up again round after round
+// is a cycle, and keeps it, even when its frees are interleaved with a few
+// takes - threads of a pool made anew for every batch exit one by one
+// while the others still allocate. Judged against those few takes alone,
+// each run of frees looked like a shrink, and every round was purged.
+TEST(Purge, CycleWithTakesBetweenItsFreesKeepsItsMemory) {
+  using Clock = std::chrono::steady_clock;
+  constexpr size_t kBlock = kUnkeptLarge;
+  constexpr int kBlocks = static_cast<int>(128 * kMiB / kBlock);
+  constexpr int kFreesPerTake = 18;  // past the 16 spans freed with none taken that look like shrinking
+  size_t purged_before = 0;
+  auto slowest_round = Clock::duration::zero();
+  for (int round = 0; round < 5; ++round) {
+    if (round == 2) purged_before = stats().purged;  // the cycle is established
+    auto start = Clock::now();
+    std::vector<void*> blocks;
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = xalloc_malloc(kBlock);
+      ASSERT_NE(p, nullptr);
+      xtest::touch_pages(p, kBlock, 1);
+      blocks.push_back(p);
+    }
+    std::vector<void*> taken;
+    for (int i = 0; i < kBlocks; ++i) {
+      xalloc_free(blocks[i]);
+      if (i % kFreesPerTake == kFreesPerTake - 1) taken.push_back(xalloc_malloc(kBlock));
+    }
+    for (void* p : taken) xalloc_free(p);
+    slowest_round = std::max(slowest_round, Clock::now() - start);
+  }
+  size_t purged = stats().purged - purged_before;
+  // Rounds further apart than the purge delay (500 ms) are no cycle.
+  if (slowest_round > std::chrono::milliseconds(400)) GTEST_SKIP() << "a round took longer than the purge delay allows";
+  EXPECT_LT(purged, 16 * kMiB) << "a cycle's memory purged at every round";
+  std::printf("purged in the last three rounds of 128 MiB: %zu KiB\n", purged >> 10);
+}
