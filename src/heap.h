@@ -90,7 +90,7 @@ struct alignas(64) Heap {
   // go (current_slabs_expire in heap.cpp).
   uint32_t class_slow_at[kNumClasses];
   // Empty slabs kept instead of leaving the heap (slab_pool.h), with
-  // their free lists intact (a few in all, listed by class through
+  // their free lists intact (at most 1 MiB in all, listed by class through
   // Page::next), for the pattern that would otherwise take and return slabs
   // on every round: a batch that spills past the current slab and is then
   // freed. A class's spares go back after kSpareLifetime slow paths
@@ -99,7 +99,7 @@ struct alignas(64) Heap {
   // kept spans below are: every use is between kept_enter and kept_exit).
   Page* spare[kNumClasses];
   uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
-  std::atomic<uint32_t> spare_count;     // (read by the pass to decide what to claim)
+  std::atomic<uint32_t> spare_slices;    // their length in all (read by the pass to decide what to claim)
   std::atomic<uint64_t> spare_classes;   // bit c: spare[c] != nullptr
   std::atomic<uint32_t> spare_changes;   // spares kept or taken so far (written by the heap's thread)
   uint32_t spare_seen;                   // spare_changes at the last pass (the pass's own)
@@ -216,7 +216,7 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_count(0),
+    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_slices(0),
       spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), windows(nullptr),
       borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
       kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},

@@ -158,7 +158,7 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // that allocates gigabytes). A kept span stays a large span with no usable
 // bytes: a second free of its block is reported, and the span allocator
 // neither merges it nor grows a neighbour into it. It goes back when the
-// heap's thread exits or trims, after kSpareLifetime slow paths unused
+// heap's thread exits or trims, after kKeptSpanLifetime slow paths unused
 // (heap.cpp), or when the thread has kept none for a purge delay
 // (reclaim_idle_kept_memory). In the secure build a kept span keeps its
 // guard page (large_guard_at).
@@ -594,7 +594,7 @@ bool claim_idle_kept_memory(Heap* heap, bool force) {
   if (changes != heap->kept_seen) heap->kept_seen = changes;
   if (spare_changes != heap->spare_seen) heap->spare_seen = spare_changes;
   if (!idle || (heap->kept_span_count.load(std::memory_order_relaxed) == 0 &&
-                heap->spare_count.load(std::memory_order_relaxed) == 0))
+                heap->spare_slices.load(std::memory_order_relaxed) == 0))
     return false;
   heap->kept_claimed.store(1, std::memory_order_relaxed);
   return true;

@@ -451,22 +451,43 @@ TEST(SpareSlabs, EmptiedSlabServesTheNextRefillOfItsClass) {
     std::vector<void*> blocks = fill_three_slabs();
     xalloc::Heap* heap = xalloc::t_heap;
     for (void* p : blocks) xalloc_free(p);
-    const uint32_t kept = heap->spare_count.load();
+    const uint32_t kept = heap->spare_slices.load();
     ASSERT_GE(kept, 1u) << "no emptied slab was kept";
     const xalloc::Page* spare = heap->spare[xalloc::class_of(48)];
     ASSERT_NE(spare, nullptr);
     const uintptr_t spare_start = spare->start;
     blocks = fill_three_slabs();
-    EXPECT_LT(heap->spare_count.load(), kept) << "the refills did not take a spare";
+    EXPECT_LT(heap->spare_slices.load(), kept) << "the refills did not take a spare";
     bool reused = std::any_of(blocks.begin(), blocks.end(), [&](void* p) {
       auto address = reinterpret_cast<uintptr_t>(p);
       return address >= spare_start && address < spare_start + kSlice;
     });
     EXPECT_TRUE(reused) << "the spare slab was not used again";
     for (void* p : blocks) xalloc_free(p);
-    ASSERT_GE(heap->spare_count.load(), 1u);
+    ASSERT_GE(heap->spare_slices.load(), 1u);
     xalloc_trim(0);
-    EXPECT_EQ(heap->spare_count.load(), 0u) << "malloc_trim left the thread's spares";
+    EXPECT_EQ(heap->spare_slices.load(), 0u) << "malloc_trim left the thread's spares";
+  }).join();
+}
+
+// Slabs of any length are kept, up to 16 slices in all: a thread that
+// empties many slabs at once keeps 1 MiB of them and hands the rest on.
+TEST(SpareSlabs, SlabsOfSeveralSlicesAreKeptUpToTheBound) {
+  std::thread([] {
+    constexpr size_t kSize = 20 * 1024;  // six blocks to a slab of two slices
+    const unsigned cls = xalloc::class_of(kSize);
+    ASSERT_EQ(xalloc::kClassInfo[cls].slices, 2u);
+    std::vector<void*> blocks(40 * 6);
+    for (void*& p : blocks) p = xalloc_malloc(kSize);
+    xalloc::Heap* heap = xalloc::t_heap;
+    for (void* p : blocks) xalloc_free(p);
+    ASSERT_NE(heap->spare[cls], nullptr) << "no emptied slab of two slices was kept";
+    EXPECT_EQ(heap->spare_slices.load(), 16u) << "the spares are not filled up to their bound";
+    size_t listed = 0;
+    for (const xalloc::Page* page = heap->spare[cls]; page != nullptr; page = page->next) listed += page->slice_count;
+    EXPECT_EQ(listed, heap->spare_slices.load());
+    xalloc_trim(0);
+    EXPECT_EQ(heap->spare_slices.load(), 0u);
   }).join();
 }
 
@@ -518,18 +539,18 @@ TEST(SpareSlabs, SparesOfAnIdleThreadAreReclaimed) {
   };
 
   wait_for(1);
-  const uint32_t kept = idle->spare_count.load();
+  const uint32_t kept = idle->spare_slices.load();
   ASSERT_GE(kept, 1u);
   // This thread's slow paths run the periodic work: 64-byte blocks, a
   // class of their own.
   auto start = std::chrono::steady_clock::now();
   std::vector<void*> churn(20000);
-  while (idle->spare_count.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+  while (idle->spare_slices.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
     for (void*& p : churn) p = xalloc_malloc(64);
     for (void* p : churn) xalloc_free(p);
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(idle->spare_count.load(), reclaimable ? 0u : kept) << "spares after " << waited << " s";
+  EXPECT_EQ(idle->spare_slices.load(), reclaimable ? 0u : kept) << "spares after " << waited << " s";
   if (reclaimable) {
     EXPECT_EQ(idle->spare_classes.load(), 0u);
   }
@@ -537,10 +558,10 @@ TEST(SpareSlabs, SparesOfAnIdleThreadAreReclaimed) {
   phase.store(2);
 
   wait_for(3);
-  ASSERT_GE(idle->spare_count.load(), 1u) << "the thread did not keep spares again after the pass took them";
-  const uint32_t kept_again = idle->spare_count.load();
+  ASSERT_GE(idle->spare_slices.load(), 1u) << "the thread did not keep spares again after the pass took them";
+  const uint32_t kept_again = idle->spare_slices.load();
   xalloc_trim(0);
-  EXPECT_EQ(idle->spare_count.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
+  EXPECT_EQ(idle->spare_slices.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
   phase.store(4);
   owner.join();
 }
