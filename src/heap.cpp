@@ -235,15 +235,20 @@ void slab_release(Heap* heap, Page* page) {
   g_spans.release(page);
 }
 
-// Spare slabs (heap.h): at most this many slices' worth per heap (1 MiB),
-// each for at most this many slow paths unused. A thread that replaces
-// random blocks of a working set empties a slab of a class whose slabs
-// hold 4-7 blocks every few hundred slow paths: kept for 64, of one slice
-// only and four at most, they went to the shared pool and were taken back
-// from it, each under the class's lock (glibc-thread with 16 threads:
-// 119,600 slabs pooled, 86,000 of them spares expired; with these bounds
-// 42,500).
+// Spare slabs (heap.h): at most kMaxSpareSlices slices' worth per heap (1
+// MiB), each for at most kSpareLifetime slow paths unused. A thread that
+// replaces random blocks of a working set empties a slab of a class whose
+// slabs hold 4-7 blocks every few hundred slow paths: kept for 64, of one
+// slice only and four at most, they went to the shared pool and were
+// taken back from it, each under the class's lock (glibc-thread with 16
+// threads: 119,600 slabs pooled, 86,000 of them spares expired; with these
+// bounds 42,500). Once more threads live than kSpareSlicesAllHeaps holds
+// at that size, each keeps its share, and never less than kMinSpareSlices
+// (the four one-slice slabs of before): a thousand threads do not keep a
+// gigabyte of empty slabs.
 constexpr uint32_t kMaxSpareSlices = 16;
+constexpr uint32_t kSpareSlicesAllHeaps = 32 * kMaxSpareSlices;  // 32 MiB
+constexpr uint32_t kMinSpareSlices = 4;
 constexpr uint32_t kSpareLifetime = 256;
 // Kept spans of large blocks (heap.h) go back after this many slow paths
 // unused.
@@ -290,12 +295,19 @@ void spare_keep(Heap* heap, Page* page) {
   note_spare_change(heap);
 }
 
+uint32_t spare_slice_budget() {
+  uint32_t live = live_heap_count();
+  if (live <= kSpareSlicesAllHeaps / kMaxSpareSlices) return kMaxSpareSlices;
+  uint32_t share = kSpareSlicesAllHeaps / live;
+  return share > kMinSpareSlices ? share : kMinSpareSlices;
+}
+
 // A slab of `heap` whose last block came back (not its class's current
 // slab, and already off the partial list): kept as its class's spare when
 // there is room, so that the next refill of the class reuses it as it is.
 void slab_empty(Heap* heap, Page* page) {
   if (heap->state.load(std::memory_order_relaxed) == HeapState::kActive && kept_enter(heap)) {
-    bool room = heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count <= kMaxSpareSlices;
+    bool room = heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count <= spare_slice_budget();
     if (room) spare_keep(heap, page);
     kept_exit(heap);
     if (room) return;

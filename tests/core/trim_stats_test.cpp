@@ -15,6 +15,7 @@
 #include "slab_pool.h"
 #include "span_allocator.h"
 #include "test_util.h"
+#include "thread_registry.h"
 #include "xalloc/xalloc.h"
 
 namespace {
@@ -489,6 +490,34 @@ TEST(SpareSlabs, SlabsOfSeveralSlicesAreKeptUpToTheBound) {
     xalloc_trim(0);
     EXPECT_EQ(heap->spare_slices.load(), 0u);
   }).join();
+}
+
+// With many threads alive, each keeps its share of 32 MiB of spares (but
+// four slices at least).
+TEST(SpareSlabs, ManyThreadsKeepTheirShare) {
+  constexpr int kOthers = 127;  // with the test's thread, 128 or more live heaps: 4 slices each
+  std::atomic<int> ready{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> others;
+  for (int i = 0; i < kOthers; ++i) {
+    others.emplace_back([&] {
+      void* p = xalloc_malloc(16);  // a heap of its own
+      ready.fetch_add(1);
+      while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      xalloc_free(p);
+    });
+  }
+  while (ready.load() != kOthers) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread([] {
+    std::vector<void*> blocks(40 * 6);
+    for (void*& p : blocks) p = xalloc_malloc(20 * 1024);
+    xalloc::Heap* heap = xalloc::t_heap;
+    ASSERT_GE(xalloc::live_heap_count(), 128u);
+    for (void* p : blocks) xalloc_free(p);
+    EXPECT_EQ(heap->spare_slices.load(), 4u) << "a thread among many kept more than its share";
+  }).join();
+  done.store(true);
+  for (std::thread& t : others) t.join();
 }
 
 // A thread that used many sizes once and went on with a few does not keep
