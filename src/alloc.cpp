@@ -82,7 +82,7 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
     default:
       // A freed large or huge block keeps its start in its descriptor until
       // the space is reused or merged.
-      if (page->kind() == PageKind::kFree && address == page->start) report_misuse("double free", ptr, 0, caller);
+      if (is_free_kind(page->kind()) && address == page->start) report_misuse("double free", ptr, 0, caller);
       report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
   }
 }
@@ -298,7 +298,7 @@ void* realloc(void* ptr, size_t size, Caller caller) {
                            caller);
       return huge_realloc(segment, ptr, size);
     default:
-      if (page->kind() == PageKind::kFree && address == page->start)
+      if (is_free_kind(page->kind()) && address == page->start)
         report_misuse("realloc of a freed block", ptr, 0, caller);
       report_misuse("invalid realloc (pointer into free memory)", ptr, 0, caller);
   }
@@ -338,6 +338,11 @@ bool owns(const void* ptr) {
 }
 
 size_t trim() {
+  // It takes the allocator's locks: the fork handlers that release them in
+  // a child must be registered first, even in a process whose first call
+  // this is (a fork while another thread trimmed left the child's span
+  // allocator locked for good).
+  ensure_process_init();
   Heap* heap = t_heap;
   if (heap != &g_empty_heap) {
     borrowed_return(heap);

@@ -78,6 +78,7 @@ size_t slab_live_bytes() {
 
 extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   if (out == nullptr) return;
+  xalloc::ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
   out->mapped = g_global.mapped.load(std::memory_order_relaxed);
   out->committed = g_global.committed.load(std::memory_order_relaxed);
   // Heaps keep the spans of some freed large blocks still counted (heap.h).
@@ -96,6 +97,7 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
 
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   using namespace xalloc;
+  ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
   stats::ClassUsage usage = stats::class_usage();
   uint64_t requests[kNumClasses + 2] = {};
   for_each_heap([&](Heap* h) {

@@ -8,11 +8,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "test_util.h"
+#include "thread_registry.h"
 #include "xalloc/xalloc.h"
 
 namespace {
@@ -390,4 +395,26 @@ TEST(Churn, ForkBeforeTheFirstSmallAllocation) {
   large_only.join();
   if (hung != 0) std::fprintf(stderr, "a child of fork() hung in its first large allocation\n");
   xtest::finish_fresh_process(hung == 0 ? 0 : 1);
+}
+
+// Regression test (tests/KNOWN_BUGS.md #20): malloc_trim and the
+// statistics take the allocator's locks, and in a process whose first
+// call they were, no fork handler was registered yet to release those
+// locks in a child: a fork while another thread trimmed left the child's
+// span allocator locked for good. Each now sets the process up first.
+TEST(Churn, TrimOrStatisticsAsTheFirstCallSetTheProcessUp) {
+  if (!xtest::in_fresh_process()) {
+    for (const char* first : {"trim", "stats", "print"}) {
+      auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 60, {{"XTEST_FIRST", first}});
+      EXPECT_TRUE(r.exited() && r.exit_code() == 0) << first << ": " << r.describe();
+    }
+    return;
+  }
+  if (xalloc::g_process_ready.load()) xtest::finish_fresh_process(3);  // the test would test nothing
+  std::string first = std::getenv("XTEST_FIRST");
+  xalloc_stats_t stats;
+  if (first == "trim") xalloc_trim(0);
+  else if (first == "stats") xalloc_get_stats(&stats);
+  else xalloc_stats_print();
+  xtest::finish_fresh_process(xalloc::g_process_ready.load() ? 0 : 1);
 }
