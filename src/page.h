@@ -32,7 +32,14 @@ enum class PageKind : uint8_t {
   kLarge = 2,  // one block of more than kMaxSlabSize bytes
   kHuge = 3,   // one block with a mapping of its own
   kHeader = 4, // the segment header's slices
+  // Free slices whose pages a thread is giving back to the OS outside the
+  // span allocator's lock: out of the bins, neither taken nor merged with
+  // a neighbour until they return to the bins (span_allocator.h).
+  kPurging = 5,
 };
+
+// Memory no block lives in: what a lookup of a freed block's address finds.
+inline bool is_free_kind(PageKind kind) { return kind == PageKind::kFree || kind == PageKind::kPurging; }
 
 // Where a slab stands with its owning heap (heap.cpp).
 enum class SlabState : uint8_t {

@@ -138,7 +138,7 @@ size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   return newly;
 }
 
-size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_t budget_epoch) {
+size_t segment_mark_purged(Segment* segment, size_t first, size_t count, uint32_t budget_epoch) {
   size_t purged = 0;
   size_t i = first;
   size_t end = first + count;
@@ -152,14 +152,12 @@ size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_
       segment->dirty[run / 64] &= ~(uint64_t{1} << (run % 64));
       ++run;
     }
-    size_t bytes = (run - i) << kSliceShift;
-    os::purge(reinterpret_cast<void*>(segment->slice_address(i)), bytes);
     if (budget_epoch != 0) note_budget_purge(segment, i, run - i, budget_epoch);
-    purged += bytes;
-    stats::sub(stats::g_global.committed, bytes);
-    stats::add(stats::g_global.purged, bytes);
+    purged += (run - i) << kSliceShift;
     i = run;
   }
+  stats::sub(stats::g_global.committed, purged);
+  stats::add(stats::g_global.purged, purged);
   return purged;
 }
 

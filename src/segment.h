@@ -137,10 +137,11 @@ bool segment_range_is_clean(const Segment* segment, size_t first, size_t count);
 size_t segment_mark_dirty(Segment* segment, size_t first, size_t count);
 // Slices of the range that may be resident.
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count);
-// Purges the dirty parts of [first, first+count); returns bytes purged.
-// `budget_epoch`: when not 0, the purge is for the span allocator's budget,
-// in that review period, and the slices purged are noted as such.
-size_t segment_purge_range(Segment* segment, size_t first, size_t count, uint32_t budget_epoch = 0);
+// Marks the dirty parts of [first, first+count) clean, as the caller is
+// about to purge the range; returns their bytes. `budget_epoch`: when not
+// 0, the purge is for the span allocator's budget, in that review period,
+// and the slices are noted as such.
+size_t segment_mark_purged(Segment* segment, size_t first, size_t count, uint32_t budget_epoch = 0);
 // The slices of [first, first+count) purged for the budget in period
 // `epoch` or the one before, now taken again; forgets them.
 size_t segment_take_budget_purged(Segment* segment, size_t first, size_t count, uint32_t epoch);

@@ -230,16 +230,19 @@ void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
   if (dirty_free_slices_ > peak_dirty_free_slices_) peak_dirty_free_slices_ = dirty_free_slices_;
-  uint64_t freed_at = now > idle_ms ? now - idle_ms : 0;
   mark_absorbed(span);  // its slices still map to it
+  insert_coalesced_locked(segment, first, count, now > idle_ms ? now - idle_ms : 0, count);
+}
 
+void SpanAllocator::insert_coalesced_locked(Segment* segment, size_t first, size_t count, uint64_t freed_at,
+                                            size_t resident) {
   // Coalesce with the free spans on either side. The merged span's age is
-  // that of most of its resident memory: were it always the released
-  // span's, a trickle of small frees next to a large free span would keep
-  // that span from ever being purged.
-  size_t released = count;
+  // that of most of its resident memory: were it always the new span's, a
+  // trickle of small frees next to a large free span would keep that span
+  // from ever being purged. (Neighbours being purged are not free yet:
+  // they merge when they come back.)
   size_t old_dirty = 0;
-  uint64_t old_freed_at = now;
+  uint64_t old_freed_at = freed_at;
   // (A neighbour with nothing resident has no say: a clean stretch of a
   // segment never used, whose age is its creation's, would otherwise date
   // memory freed a moment ago next to it as long expired.)
@@ -273,10 +276,35 @@ void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
       first = before_first;
     }
   }
-  insert_free(segment, first, count, old_dirty > released ? old_freed_at : freed_at, Map::kEnds);
+  insert_free(segment, first, count, old_dirty > resident ? old_freed_at : freed_at, Map::kEnds);
 }
 
 void SpanAllocator::release(Page* span, uint64_t idle_ms) {
+  PurgeBatch batch;
+  bool more = release_and_choose_purges(span, idle_ms, batch);
+  finish_purge(batch, g_options.retain_segments);
+  // A burst larger than a batch goes back in several.
+  while (more) {
+    {
+      LockGuard guard(lock_);
+      more = choose_burst_purges_locked(dirty_allowance_bytes_locked(os::monotonic_ms()) >> kSliceShift, batch);
+    }
+    finish_purge(batch, g_options.retain_segments);
+  }
+}
+
+bool SpanAllocator::choose_burst_purges_locked(size_t allowance, PurgeBatch& batch) {
+  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance && !batch.full();) {
+    for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance && !batch.full();) {
+      Page* next_span = s->next;  // (before s leaves the bin)
+      detach_for_purge_locked(s, batch, true);
+      s = next_span;
+    }
+  }
+  return batch.full() && dirty_free_slices_ > allowance;
+}
+
+bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, PurgeBatch& batch) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
   // (The span's bytes left the count of memory in use just before.)
@@ -309,18 +337,15 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   // may come to trigger the delayed purge.
   size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
   size_t hard_cap = cap_bytes >> kSliceShift;
-  if (dirty_free_slices_ > hard_cap) {
-    for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance;) {
-      for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance; s = s->next) purge_span_locked(s, true);
-    }
-  }
+  bool more = dirty_free_slices_ > hard_cap && choose_burst_purges_locked(allowance, batch);
   if (now >= next) {
-    purge_locked(false, now);
+    purge_locked(false, now, batch);
   } else if (dirty_free_slices_ > allowance) {
     // Over budget: look again as soon as this excess may be purged.
     uint64_t soon = now + g_options.purge_delay_ms / 10;
     if (soon < next) __atomic_store_n(&next_purge_ms_, soon, __ATOMIC_RELAXED);
   }
+  return more;
 }
 
 void SpanAllocator::note_take_locked(size_t slices) {
@@ -416,13 +441,59 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   return rest;
 }
 
-size_t SpanAllocator::purge_span_locked(Page* span, bool for_budget) {
+size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget) {
+  if (batch.full()) return 0;
   Segment* segment = segment_of_page(span);
   size_t purged =
-      segment_purge_range(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
+      segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
+  if (purged == 0) return 0;
   dirty_free_slices_ -= purged >> kSliceShift;
   if (for_budget) budget_purged_slices_ += purged >> kSliceShift;
+  remove_free(span);
+  span->set_kind(PageKind::kPurging);
+  span->next = purging_;
+  if (purging_ != nullptr) purging_->prev = span;
+  purging_ = span;
+  batch.spans[batch.count++] = span;
+  batch.bytes += purged;
   return purged;
+}
+
+void SpanAllocator::reinsert_purged_locked(Page* span) {
+  if (span->prev != nullptr) span->prev->next = span->next;
+  else purging_ = span->next;
+  if (span->next != nullptr) span->next->prev = span->prev;
+  span->next = span->prev = nullptr;
+  Segment* segment = segment_of_page(span);
+  mark_absorbed(span);
+  insert_coalesced_locked(segment, segment->slice_index(span), span->slice_count, span->freed_at, 0);
+}
+
+size_t SpanAllocator::finish_purge(PurgeBatch& batch, size_t keep_segments) {
+  if (batch.count == 0) return 0;
+  // Nobody else touches the spans meanwhile: they are in no bin, and their
+  // kind keeps their neighbours from merging with them.
+  for (size_t i = 0; i < batch.count; ++i) {
+    Page* span = batch.spans[i];
+    os::purge(reinterpret_cast<void*>(span->start), span->span_bytes());
+  }
+  LockGuard guard(lock_);
+  for (size_t i = 0; i < batch.count; ++i) reinsert_purged_locked(batch.spans[i]);
+  XALLOC_DEBUG_ONLY(check_invariants());
+  size_t released = batch.bytes + unmap_empty_segments_locked(keep_segments);
+  batch.count = 0;
+  batch.bytes = 0;
+  return released;
+}
+
+void SpanAllocator::reset_after_fork_child() {
+  lock_.reset_after_fork();
+  // The threads that were purging these do not exist here.
+  while (purging_ != nullptr) {
+    Page* span = purging_;
+    os::purge(reinterpret_cast<void*>(span->start), span->span_bytes());
+    reinsert_purged_locked(span);
+  }
 }
 
 // Untouched slices taken while memory purged for the budget in this period
@@ -586,29 +657,32 @@ void SpanAllocator::review_budget_locked(uint64_t now_ms) {
   ++budget_epoch_;
 }
 
-size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms) {
+size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batch) {
   uint64_t delay = g_options.purge_delay_ms;
   uint64_t excess_delay = delay / 10;
-  size_t purged = 0;
-  for (size_t b = 0; b < kBins && dirty_free_slices_ != 0; ++b) {
-    for (Page* span = bins_[b]; span != nullptr; span = span->next) {
-      if (force || now_ms >= span->freed_at + delay) purged += purge_span_locked(span);
+  for (size_t b = 0; b < kBins && dirty_free_slices_ != 0 && !batch.full(); ++b) {
+    for (Page* span = bins_[b]; span != nullptr && !batch.full();) {
+      Page* next_span = span->next;  // (before span leaves the bin)
+      if (force || now_ms >= span->freed_at + delay) detach_for_purge_locked(span, batch);
+      span = next_span;
     }
   }
   // Beyond the allowance, free memory has a tenth of the delay to be
   // reused; the largest spans go first (most memory per system call, and
   // the least likely to be wanted again at exactly that size).
   size_t allowance = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
-  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance;) {
-    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > allowance; span = span->next) {
-      if (now_ms >= span->freed_at + excess_delay) purged += purge_span_locked(span, true);
+  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance && !batch.full();) {
+    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > allowance && !batch.full();) {
+      Page* next_span = span->next;
+      if (now_ms >= span->freed_at + excess_delay) detach_for_purge_locked(span, batch, true);
+      span = next_span;
     }
   }
   if (!force) review_budget_locked(now_ms);
-  uint64_t next = dirty_free_slices_ > allowance ? excess_delay : delay / 4;
+  // A full batch leaves work behind: look again soon.
+  uint64_t next = dirty_free_slices_ > allowance || batch.full() ? excess_delay : delay / 4;
   __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
-  purged += unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);
-  return purged;
+  return unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);
 }
 
 size_t SpanAllocator::unmap_empty_segments_locked(size_t keep) {
@@ -631,15 +705,28 @@ size_t SpanAllocator::unmap_empty_segments_locked(size_t keep) {
 }
 
 size_t SpanAllocator::purge(bool force) {
-  LockGuard guard(lock_);
-  return purge_locked(force, os::monotonic_ms());
+  size_t keep = force ? 0 : g_options.retain_segments;
+  size_t released = 0;
+  bool more = true;
+  while (more) {
+    PurgeBatch batch;
+    {
+      LockGuard guard(lock_);
+      released += purge_locked(force, os::monotonic_ms(), batch);
+    }
+    more = batch.full();
+    released += finish_purge(batch, keep);
+  }
+  return released;
 }
 
 void SpanAllocator::maybe_purge(uint64_t now_ms) {
   if (now_ms < __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED)) return;
   if (!lock_.try_lock()) return;  // someone else is in here and will do it
-  purge_locked(false, now_ms);
+  PurgeBatch batch;
+  purge_locked(false, now_ms, batch);
   lock_.unlock();
+  finish_purge(batch, g_options.retain_segments);
 }
 
 void SpanAllocator::check_invariants() {
@@ -653,18 +740,22 @@ void SpanAllocator::check_invariants() {
       XALLOC_CHECK(span == &segment->pages[i]);
       XALLOC_CHECK(span->slice_count >= 1 && i + span->slice_count <= kSlicesPerSegment);
       XALLOC_CHECK(segment->page_of_slice[i + span->slice_count - 1] == span);
+      bool free = is_free_kind(span->kind());
       for (size_t j = i; j < i + span->slice_count; ++j) {
         [[maybe_unused]] Page* entry = segment->page_of_slice[j];
-        if (span->kind() != PageKind::kFree) {
+        if (!free) {
           XALLOC_CHECK(entry == span);
         } else {
-          // The slice map's invariant (span_allocator.h).
+          // The slice map's invariant (span_allocator.h); a span being
+          // purged keeps the entries it had in the bins.
           XALLOC_CHECK(entry >= span);
           XALLOC_CHECK(entry <= &segment->pages[j]);
-          XALLOC_CHECK(entry->kind() == PageKind::kFree);
+          XALLOC_CHECK(entry == span || entry->kind() == PageKind::kFree);
         }
       }
-      if (span->kind() != PageKind::kFree) used += span->slice_count;
+      if (!free) used += span->slice_count;
+      // Free neighbours are merged (but for spans being purged, which merge
+      // when they come back).
       if (span->kind() == PageKind::kFree && i + span->slice_count < kSlicesPerSegment)
         XALLOC_CHECK(segment->page_of_slice[i + span->slice_count]->kind() != PageKind::kFree);
       i += span->slice_count;
@@ -678,6 +769,10 @@ void SpanAllocator::check_invariants() {
       XALLOC_CHECK(bin_of(span->slice_count) == b);
       if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
     }
+  }
+  for (Page* span = purging_; span != nullptr; span = span->next) {
+    XALLOC_CHECK(span->kind() == PageKind::kPurging);
+    if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
   }
 }
 

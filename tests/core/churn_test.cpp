@@ -418,3 +418,56 @@ TEST(Churn, TrimOrStatisticsAsTheFirstCallSetTheProcessUp) {
   else xalloc_stats_print();
   xtest::finish_fresh_process(xalloc::g_process_ready.load() ? 0 : 1);
 }
+
+// A fork while another thread purges free spans outside the span
+// allocator's lock: in the child, that thread does not exist, and its
+// spans are purged and freed by the fork handler. The child's zeroed large
+// blocks read as zero, and it neither hangs nor trips over the spans.
+TEST(Churn, ForkWhileSpansArePurged) {
+  if (xtest::kSanitized) GTEST_SKIP() << "fork with threads under a sanitizer";
+  if (!xtest::in_fresh_process()) {
+    auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120);
+    EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+    return;
+  }
+  std::atomic<bool> stop{false};
+  std::thread purger([&] {
+    while (!stop) xalloc_trim(0);
+  });
+  std::thread spans([&] {
+    // Past the spans a heap keeps: freed straight to the span allocator.
+    while (!stop) {
+      void* p = xalloc_malloc(size_t{3} << 20);
+      if (p != nullptr) std::memset(p, 1, size_t{3} << 20);
+      xalloc_free(p);
+    }
+  });
+  int failed = 0;
+  for (int i = 0; i < 40 && failed == 0; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(5);
+      int bad = 0;
+      for (int round = 0; round < 4; ++round) {
+        size_t size = (size_t{3} << 20) + static_cast<size_t>(round) * 65536;
+        auto* p = static_cast<unsigned char*>(xalloc_calloc(1, size));
+        if (p == nullptr) _exit(3);
+        for (size_t at = 0; at < size; at += 4096) bad |= p[at];
+        std::memset(p, 2, size);
+        xalloc_free(p);
+        xalloc_trim(0);
+      }
+      _exit(bad != 0 ? 2 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      std::fprintf(stderr, "child %d: status %#x\n", i, status);
+      failed++;
+    }
+  }
+  stop = true;
+  purger.join();
+  spans.join();
+  xtest::finish_fresh_process(failed == 0 ? 0 : 1);
+}

@@ -296,6 +296,53 @@ TEST(Threads, ConcurrentLargeAndHugeBlocks) {
   for (int i = 0; i < (xtest::kThreadSanitizer ? 4 : 1); ++i) concurrent_large_and_huge_blocks();
 }
 
+// Free spans are purged outside the span allocator's lock while other
+// threads take and give back spans around them: no span is handed out
+// while it is being purged (a zeroed block would then read what was
+// written before, or lose what is written now), and every span comes back.
+// One thread trims over and over, which purges every free span.
+TEST(Threads, SpansPurgedWhileOthersAllocateAroundThem) {
+  constexpr unsigned kThreads = 3;
+  const size_t kRounds = xtest::scaled(100);
+  std::atomic<size_t> bad{0};
+  std::atomic<bool> done{false};
+  std::thread trimmer([&] {
+    while (!done.load()) {
+      xalloc_trim(0);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      xtest::Rng rng(t + 7);
+      for (size_t i = 0; i < kRounds; ++i) {
+        // Past the spans a heap keeps (2 MiB): straight to the span allocator.
+        size_t size = (size_t{2} << 20) + 4096 + rng.below(size_t{4} << 20);
+        auto* p = static_cast<uint8_t*>(xalloc_calloc(1, size));
+        if (p == nullptr) {
+          bad++;
+          continue;
+        }
+        if (p[size - 1] != 0) bad++;
+        for (size_t at = 0; at < size; at += 4096) {
+          if (p[at] != 0) bad++;
+          p[at] = static_cast<uint8_t>(i | 1);
+        }
+        std::this_thread::yield();  // (a trim may run meanwhile)
+        for (size_t at = 0; at < size; at += 4096) {
+          if (p[at] != static_cast<uint8_t>(i | 1)) bad++;
+        }
+        xalloc_free(p);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  done.store(true);
+  trimmer.join();
+  EXPECT_EQ(bad.load(), 0u);
+}
+
 TEST(Threads, RemoteFreesAreCounted) {
   // The owner stays alive while another thread frees its blocks (an exited
   // owner's heap would be adopted by the freeing thread, making the frees local).
