@@ -159,9 +159,10 @@ Page* take_any_of_length(size_t slices) {
 }
 
 void release_idle(uint64_t now_ms) {
-  if (g_bytes.load(std::memory_order_relaxed) == 0) return;
+  // The time first: every heap's periodic work comes here, and g_bytes
+  // changes with every slab pooled or taken, by any thread.
   uint64_t due = g_next_look_ms.load(std::memory_order_relaxed);
-  if (now_ms < due) return;
+  if (now_ms < due || g_bytes.load(std::memory_order_relaxed) == 0) return;
   uint64_t interval = interval_ms();
   // One thread makes each look: the one that moves the time of the next on.
   if (!g_next_look_ms.compare_exchange_strong(due, now_ms + interval, std::memory_order_relaxed)) return;

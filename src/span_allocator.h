@@ -191,7 +191,6 @@ class alignas(64) SpanAllocator {
   Segment* segments_ = nullptr;
   size_t free_segments_ = 0;       // segments whose payload is one free span
   size_t dirty_free_slices_ = 0;   // free slices that may still be resident
-  uint64_t next_purge_ms_ = 0;
   // The dirty budget's feedback, per review period (epoch): slices purged
   // for the budget, slices of those taken again, and the most free slices
   // resident at once.
@@ -220,6 +219,11 @@ class alignas(64) SpanAllocator {
   size_t live_bytes_ = 0;
   size_t live_counted_in_use_ = 0;
   uint64_t next_live_count_ms_ = 0;
+  // Read by every thread's periodic work (maybe_purge), written once per
+  // purge: last, on a line of its own, away from the fields that every
+  // span taken or freed writes (beside them, each thread's look cost a
+  // miss whenever another had taken or freed a span since).
+  alignas(64) uint64_t next_purge_ms_ = 0;
 };
 
 extern SpanAllocator g_spans;
