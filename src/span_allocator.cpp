@@ -55,6 +55,8 @@ namespace {
 
 inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
 
+void purge_pages(const Page* span) { os::purge(reinterpret_cast<void*>(span->start), span->span_bytes()); }
+
 // Every free reads the slice map, and eight entries share a cache line:
 // the slabs of other threads sit in the slices next to a span being taken
 // or given back. An entry is written only when it changes - a span freed
@@ -287,17 +289,18 @@ void SpanAllocator::release(Page* span, uint64_t idle_ms) {
   while (more) {
     {
       LockGuard guard(lock_);
-      more = choose_burst_purges_locked(dirty_allowance_bytes_locked(os::monotonic_ms()) >> kSliceShift, batch);
+      more = choose_excess_purges_locked(dirty_allowance_bytes_locked(os::monotonic_ms()) >> kSliceShift, kAnyAge,
+                                         batch);
     }
     finish_purge(batch, g_options.retain_segments);
   }
 }
 
-bool SpanAllocator::choose_burst_purges_locked(size_t allowance, PurgeBatch& batch) {
+bool SpanAllocator::choose_excess_purges_locked(size_t allowance, uint64_t freed_by, PurgeBatch& batch) {
   for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance && !batch.full();) {
     for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance && !batch.full();) {
       Page* next_span = s->next;  // (before s leaves the bin)
-      detach_for_purge_locked(s, batch, true);
+      if (s->freed_at <= freed_by) detach_for_purge_locked(s, batch, true);
       s = next_span;
     }
   }
@@ -337,7 +340,7 @@ bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, Purg
   // may come to trigger the delayed purge.
   size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
   size_t hard_cap = cap_bytes >> kSliceShift;
-  bool more = dirty_free_slices_ > hard_cap && choose_burst_purges_locked(allowance, batch);
+  bool more = dirty_free_slices_ > hard_cap && choose_excess_purges_locked(allowance, kAnyAge, batch);
   if (now >= next) {
     purge_locked(false, now, batch);
   } else if (dirty_free_slices_ > allowance) {
@@ -442,7 +445,6 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
 }
 
 size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget) {
-  if (batch.full()) return 0;
   Segment* segment = segment_of_page(span);
   size_t purged =
       segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
@@ -473,10 +475,7 @@ size_t SpanAllocator::finish_purge(PurgeBatch& batch, size_t keep_segments) {
   if (batch.count == 0) return 0;
   // Nobody else touches the spans meanwhile: they are in no bin, and their
   // kind keeps their neighbours from merging with them.
-  for (size_t i = 0; i < batch.count; ++i) {
-    Page* span = batch.spans[i];
-    os::purge(reinterpret_cast<void*>(span->start), span->span_bytes());
-  }
+  for (size_t i = 0; i < batch.count; ++i) purge_pages(batch.spans[i]);
   LockGuard guard(lock_);
   for (size_t i = 0; i < batch.count; ++i) reinsert_purged_locked(batch.spans[i]);
   XALLOC_DEBUG_ONLY(check_invariants());
@@ -490,9 +489,8 @@ void SpanAllocator::reset_after_fork_child() {
   lock_.reset_after_fork();
   // The threads that were purging these do not exist here.
   while (purging_ != nullptr) {
-    Page* span = purging_;
-    os::purge(reinterpret_cast<void*>(span->start), span->span_bytes());
-    reinsert_purged_locked(span);
+    purge_pages(purging_);
+    reinsert_purged_locked(purging_);
   }
 }
 
@@ -671,13 +669,7 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batc
   // reused; the largest spans go first (most memory per system call, and
   // the least likely to be wanted again at exactly that size).
   size_t allowance = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
-  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance && !batch.full();) {
-    for (Page* span = bins_[b]; span != nullptr && dirty_free_slices_ > allowance && !batch.full();) {
-      Page* next_span = span->next;
-      if (now_ms >= span->freed_at + excess_delay) detach_for_purge_locked(span, batch, true);
-      span = next_span;
-    }
-  }
+  choose_excess_purges_locked(allowance, now_ms > excess_delay ? now_ms - excess_delay : 0, batch);
   if (!force) review_budget_locked(now_ms);
   // A full batch leaves work behind: look again soon.
   uint64_t next = dirty_free_slices_ > allowance || batch.full() ? excess_delay : delay / 4;

@@ -131,14 +131,16 @@ class alignas(64) SpanAllocator {
   // for chosen into `batch`; true when a burst beyond the allowance did
   // not fit in the batch.
   bool release_and_choose_purges(Page* span, uint64_t idle_ms, PurgeBatch& batch);
-  // Free memory beyond `allowance` slices, largest spans first, into
-  // `batch`; true when it did not all fit.
-  bool choose_burst_purges_locked(size_t allowance, PurgeBatch& batch);
+  // Free memory beyond `allowance` slices, largest spans first, of spans
+  // freed at or before `freed_by` (ms; kAnyAge: whenever), into `batch`;
+  // true when it did not all fit.
+  static constexpr uint64_t kAnyAge = ~uint64_t{0};
+  bool choose_excess_purges_locked(size_t allowance, uint64_t freed_by, PurgeBatch& batch);
   // Chooses the spans to purge (all free ones when `force`) into `batch`,
   // and unmaps surplus empty segments; returns the bytes unmapped.
   size_t purge_locked(bool force, uint64_t now_ms, PurgeBatch& batch);
-  // Takes `span`, a free span, out of the bins into `batch`, marked clean,
-  // unless it is clean already or the batch is full; returns the bytes
+  // Takes `span`, a free span, out of the bins into `batch` (which has
+  // room), marked clean, unless it is clean already; returns the bytes
   // that were dirty. `for_budget`: purged only to keep within the dirty
   // budget, not because its delay passed.
   size_t detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget = false);
