@@ -4,6 +4,8 @@
 // themselves and skip it: see xtest::in_fresh_process).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -13,12 +15,33 @@ std::string xtest::current_test_name() {
   return std::string(info->test_suite_name()) + "." + info->name();
 }
 
+bool xtest::rerun_in_fresh_process(unsigned timeout_s) {
+  if (xtest::in_fresh_process()) return true;
+  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), timeout_s);
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  return false;
+}
+
 namespace {
+
+// In a fresh process stdout is dropped (its test report is noise): failed
+// assertions go to stderr, which the parent test prints when it fails.
+class FailuresToStderr : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "%s:%d: %s\n", result.file_name() != nullptr ? result.file_name() : "?",
+                 result.line_number(), result.message());
+  }
+};
 
 class InitialiseAllocator : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (!xtest::in_fresh_process()) xalloc_free(xtest::launder_ptr(xalloc_malloc(1)));
+    if (xtest::in_fresh_process()) {
+      ::testing::UnitTest::GetInstance()->listeners().Append(new FailuresToStderr);
+      return;
+    }
+    xalloc_free(xtest::launder_ptr(xalloc_malloc(1)));
   }
 };
 

@@ -253,6 +253,12 @@ inline bool in_fresh_process() { return std::getenv(kFreshEnv) != nullptr; }
 // which include gtest; declared here to keep this header gtest-free).
 std::string current_test_name();
 
+// Runs the current test again in a fresh process, whose allocator has not
+// been set up yet, and checks how it ended: false here, true in that
+// process, where the test goes on (its failed assertions are written to
+// stderr there, which this process shows; defined in test_name.cpp).
+bool rerun_in_fresh_process(unsigned timeout_s = 120);
+
 [[noreturn]] inline void finish_fresh_process(int code) {
   std::fflush(stdout);
   std::fflush(stderr);

@@ -104,7 +104,13 @@ TEST(Trim, ReturnsFreedHugeMemory) {
   EXPECT_LE(trimmed.mapped + 100 * kMiB, full.mapped) << "freed huge blocks stay mapped after trim";
 }
 
+// Purge tests: the purge policy keeps process-wide history (the dirty
+// budget's factor, the peak of memory in use over the last delay, the last
+// shrink decision), so each of them runs in a fresh process, where the
+// tests before it in the same program cannot decide its outcome.
+
 TEST(Purge, BurstOfHugeFreesGoesBackWithoutTrim) {
+  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
   // 120 MiB of huge blocks freed at once is far beyond the resident budget
   // of a small heap: the huge cache keeps the mappings but purges them at
   // once, as the span allocator does for a burst of spans.
@@ -185,6 +191,7 @@ void free_range(std::vector<void*>& blocks, size_t from, size_t to, size_t keep_
 // densely (between two passes of its work) keeps the dropped memory for
 // the next pass - for the purge delay, not beyond.
 TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
+  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
   std::vector<void*> blocks = small_blocks(64 * kMiB);
   ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
   size_t purged_before = stats().purged;
@@ -208,6 +215,7 @@ TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
 // no allowance: its next allocations fill those slabs first, so the memory
 // of its emptied slabs goes back at once, as a burst beyond the budget.
 TEST(Purge, SparseHeapGivesEmptiedSlabsBackAtOnce) {
+  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
   std::vector<void*> blocks = small_blocks(64 * kMiB);
   ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
   size_t purged_before = stats().purged;
@@ -223,6 +231,7 @@ TEST(Purge, SparseHeapGivesEmptiedSlabsBackAtOnce) {
 // Free memory still resident is taken before purged memory, even from a
 // longer span: the program's next allocation faults nothing in.
 TEST(Purge, ResidentFreeSpanIsTakenBeforeAShorterPurgedOne) {
+  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
   void* dirty = xalloc_malloc(6 * kMiB);
   void* guard1 = xalloc_malloc(2 * kMiB);
   void* purged = xalloc_malloc(3 * kMiB);
@@ -916,6 +925,7 @@ TEST(KeptSpans, ManyLiveThreadsShareOneBudget) {
 // while the others still allocate. Judged against those few takes alone,
 // each run of frees looked like a shrink, and every round was purged.
 TEST(Purge, CycleWithTakesBetweenItsFreesKeepsItsMemory) {
+  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
   using Clock = std::chrono::steady_clock;
   constexpr size_t kBlock = kUnkeptLarge;
   constexpr int kBlocks = static_cast<int>(128 * kMiB / kBlock);
