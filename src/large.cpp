@@ -426,13 +426,21 @@ void huge_move_guard(Segment* segment, size_t usable) {
 // 140 us a block in malloc-large, 2.6 times its time - while purged pages
 // have no entries to change.) A block taken from a sealed mapping gets back
 // exactly the bytes it may use: the guard page after it, and whatever its
-// offset leaves in front, stay inaccessible.
-void cache_seal_purged(Segment* segment) {
-  if (!secure::kEnabled) return;
+// offset leaves in front, stay inaccessible. With commit on demand
+// (options.h) every build seals them, by decommitting, which also takes
+// them off the commit charge.
+void cache_purge_and_seal(Segment* segment) {
+  auto* start = reinterpret_cast<void*>(segment->base() + kHugeHeader);
+  size_t bytes = segment->mapping_size - kHugeHeader;
+  if (g_options.commit_on_demand) {
+    os::decommit(start, bytes);
+    segment->huge_sealed = 1;
+    return;
+  }
+  os::purge(start, bytes);
   // Refused (too many mappings): the block stays accessible, its pages
   // purged.
-  segment->huge_sealed = os::protect_none(reinterpret_cast<void*>(segment->base() + kHugeHeader),
-                                          segment->mapping_size - kHugeHeader);
+  if (secure::kEnabled) segment->huge_sealed = os::protect_none(start, bytes);
 }
 
 // Makes a cached mapping's bytes from `offset` on accessible again. Those
@@ -442,7 +450,7 @@ void cache_seal_purged(Segment* segment) {
 // protection rather than a mark).
 bool cache_open(Segment* segment, size_t offset, bool* opened) {
   *opened = false;
-  if (!secure::kEnabled) return true;
+  if (!secure::kEnabled && !g_options.commit_on_demand) return true;
   uintptr_t base = segment->base();
   size_t open_from = segment->huge_sealed ? segment->mapping_size : segment->huge_open_from;
   if (offset >= open_from) return true;
@@ -467,10 +475,9 @@ void cache_unlink(Segment* segment) {
 // buffer and takes it again in a loop faulted every page of it in again at
 // every turn, 25 times the time it takes with the memory kept.
 void cache_purge_locked(Segment* s, bool for_budget) {
-  os::purge(reinterpret_cast<void*>(s->base() + kHugeHeader), s->mapping_size - kHugeHeader);
+  cache_purge_and_seal(s);
   s->huge_purged = 1;
   s->budget_purge_epoch = for_budget ? g_spans.note_huge_budget_purge(s->mapping_size) : 0;
-  cache_seal_purged(s);
   g_huge_cache_resident -= s->mapping_size;
   stats::sub(stats::g_global.committed, s->mapping_size);
   stats::add(stats::g_global.purged, s->mapping_size - kHugeHeader);

@@ -36,6 +36,8 @@ const OptionSpec kSpecs[] = {
      "reuse blocks freed for threads that are not running before taking new memory"},
     {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse",
      uint64_t{1} << 20},
+    {"COMMIT_ON_DEMAND", OptionType::kBool, &g_options.commit_on_demand,
+     "reserve memory inaccessible and commit it as it is used (default: 1 under ulimit -d or vm.overcommit_memory=2)"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",
      uint64_t{1} << 47},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,
@@ -119,11 +121,15 @@ bool apply(const OptionSpec& spec, const char* value) {
 
 }  // namespace
 
-void options_init() {
-  if (environ == nullptr) return;
+namespace {
+
+// Applies the XALLOC_* variables of the environment; true if one of them
+// set XALLOC_COMMIT_ON_DEMAND.
+bool read_environment() {
+  bool commit_given = false;
   constexpr char kPrefix[] = "XALLOC_";
   constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
-  for (char** e = environ; *e != nullptr; ++e) {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* entry = *e;
     if (strncmp(entry, kPrefix, kPrefixLen) != 0) continue;
     const char* name = entry + kPrefixLen;
@@ -139,8 +145,19 @@ void options_init() {
     } else if (!apply(*match, eq + 1) || (match->target == &g_options.prof_rate && g_options.prof_rate == 0)) {
       if (match->target == &g_options.prof_rate) g_options.prof_rate = 512 << 10;
       report::warning("bad value in %s ignored", entry);
+    } else if (match->target == &g_options.commit_on_demand) {
+      commit_given = true;
     }
   }
+  return commit_given;
+}
+
+}  // namespace
+
+void options_init() {
+  // Unless the environment says, the system decides (a few system calls,
+  // made once).
+  if (!read_environment()) g_options.commit_on_demand = os::writable_mappings_are_limited();
   if (g_options.verbose) options_print();
 }
 

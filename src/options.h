@@ -25,6 +25,12 @@ struct Options {
   bool borrow = false;
   // Fully free segments kept mapped (purged) for reuse instead of unmapped.
   uint64_t retain_segments = 1;
+  // Segments are reserved inaccessible and their pages made read-write as
+  // they are used, and purging makes them inaccessible again: for processes
+  // whose writable mappings count against a limit as soon as they are
+  // mapped (a data size limit, or a kernel that never overcommits).
+  // Default: on where either holds (os::writable_mappings_are_limited).
+  bool commit_on_demand = false;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
   uint64_t huge_cache_bytes = 256ull << 20;
   // A thread buffers frees of other threads' blocks up to this many bytes

@@ -1,7 +1,9 @@
 #include "segment.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "options.h"
 #include "platform/os.h"
 #include "stats.h"
 
@@ -35,8 +37,13 @@ void segment_map_set(uintptr_t base, size_t size, bool present) {
 }
 
 Segment* segment_create() {
-  void* memory = os::map_aligned(kSegmentSize, kSegmentSize);
+  void* memory = g_options.commit_on_demand ? os::reserve_aligned(kSegmentSize, kSegmentSize)
+                                            : os::map_aligned(kSegmentSize, kSegmentSize);
   if (memory == nullptr) return nullptr;
+  if (g_options.commit_on_demand && !os::commit(memory, kHeaderBytes)) {
+    os::unmap(memory, kSegmentSize);
+    return nullptr;
+  }
   auto* segment = segment_at(reinterpret_cast<uintptr_t>(memory));
   segment_protect_header(reinterpret_cast<uintptr_t>(memory));
   // The mapping is fresh, so every field not set here is already zero.
@@ -44,6 +51,7 @@ Segment* segment_create() {
   segment->mapping_size = kSegmentSize;
   segment->used_slices = kHeaderSlices;
   segment->dirty[0] = (uint64_t{1} << kHeaderSlices) - 1;  // the header's slices
+  segment->committed[0] = segment->dirty[0];
   stats::add(stats::g_global.committed, kHeaderBytes);
 
   Page* header = &segment->pages[0];
@@ -76,6 +84,11 @@ void segment_protect_header(uintptr_t base) {
   // Never taken down: they go with the mapping.
   os::guard_install(reinterpret_cast<void*>(base), secure::kGuardBytes);
   os::guard_install(reinterpret_cast<void*>(base + kHeaderBytes - secure::kGuardBytes), secure::kGuardBytes);
+}
+
+void release_pages(uintptr_t start, size_t bytes) {
+  if (g_options.commit_on_demand) os::decommit(reinterpret_cast<void*>(start), bytes);
+  else os::purge(reinterpret_cast<void*>(start), bytes);
 }
 
 namespace {
@@ -128,6 +141,19 @@ size_t segment_dirty_count(const Segment* segment, size_t first, size_t count) {
   return dirty;
 }
 
+bool segment_commit(Segment* segment, size_t first, size_t count, size_t free_end) {
+  if (!g_options.commit_on_demand) return true;
+  uint64_t missing = 0;
+  for_each_range_word(first, count, [&](size_t word, uint64_t mask) { missing |= ~segment->committed[word] & mask; });
+  if (missing == 0) return true;
+  constexpr size_t kCommitAheadSlices = 16;
+  size_t end = std::max(first + count, std::min(first + kCommitAheadSlices, free_end));
+  if (!os::commit(reinterpret_cast<void*>(segment->base() + (first << kSliceShift)), (end - first) << kSliceShift))
+    return false;
+  for_each_range_word(first, end - first, [&](size_t word, uint64_t mask) { segment->committed[word] |= mask; });
+  return true;
+}
+
 size_t segment_mark_dirty(Segment* segment, size_t first, size_t count) {
   size_t newly = 0;
   for_each_range_word(first, count, [&](size_t word, uint64_t mask) {
@@ -156,6 +182,8 @@ size_t segment_mark_purged(Segment* segment, size_t first, size_t count, uint32_
     purged += (run - i) << kSliceShift;
     i = run;
   }
+  if (purged != 0 && g_options.commit_on_demand)
+    for_each_range_word(first, count, [&](size_t word, uint64_t mask) { segment->committed[word] &= ~mask; });
   stats::sub(stats::g_global.committed, purged);
   stats::add(stats::g_global.purged, purged);
   return purged;

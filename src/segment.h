@@ -38,11 +38,15 @@ struct Segment {
   Segment* prev;
   uint64_t freed_at;          // huge cache: when the block was freed (ms)
   uint8_t huge_purged;        // huge cache: its pages were given back
-  uint8_t huge_sealed;        // huge cache, secure mode: and made inaccessible (large.cpp)
-  uint32_t huge_open_from;    // huge, secure mode: offset where the accessible bytes begin (0: all)
+  uint8_t huge_sealed;        // huge cache, secure mode or commit on demand: and made inaccessible (large.cpp)
+  uint32_t huge_open_from;    // huge, sealed once: offset where the accessible bytes begin (0: all)
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.
   uint64_t dirty[kSlicesPerSegment / 64];
+  // With commit on demand (options.h): slices that are read-write - every
+  // dirty one, and clean ones committed ahead of use; the rest are
+  // inaccessible and off the commit charge.
+  uint64_t committed[kSlicesPerSegment / 64];
   // Slices purged to keep free memory within the dirty budget and not
   // taken again since, as of review period `budget_purge_epoch` of the
   // span allocator: a span taken over them soon after tells it that the
@@ -131,6 +135,17 @@ Segment* segment_create();
 void segment_protect_header(uintptr_t base);
 void segment_destroy(Segment* segment);
 
+// With commit on demand (options.h) only a segment's committed slices are
+// accessible. segment_commit makes [first, first+count) accessible before
+// its slices are marked dirty, and up to a MiB more of the free span it is
+// taken from, which ends at `free_end` (one system call for a run of
+// slabs); false when the kernel refuses (at the commit limit). Without
+// commit on demand every slice is accessible.
+bool segment_commit(Segment* segment, size_t first, size_t count, size_t free_end);
+// Gives the pages of a free range back to the OS: purged, and decommitted
+// with commit on demand.
+void release_pages(uintptr_t start, size_t bytes);
+
 // Dirty-slice bookkeeping (callers hold the span allocator's lock).
 bool segment_range_is_clean(const Segment* segment, size_t first, size_t count);
 // Marks the range dirty; returns how many of its slices were clean.
@@ -138,7 +153,8 @@ size_t segment_mark_dirty(Segment* segment, size_t first, size_t count);
 // Slices of the range that may be resident.
 size_t segment_dirty_count(const Segment* segment, size_t first, size_t count);
 // Marks the dirty parts of [first, first+count) clean, as the caller is
-// about to purge the range; returns their bytes. `budget_epoch`: when not
+// about to purge the range (with commit on demand, to decommit it all:
+// none of it stays committed); returns their bytes. `budget_epoch`: when not
 // 0, the purge is for the span allocator's budget, in that review period,
 // and the slices are noted as such.
 size_t segment_mark_purged(Segment* segment, size_t first, size_t count, uint32_t budget_epoch = 0);

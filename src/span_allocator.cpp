@@ -55,7 +55,7 @@ namespace {
 
 inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
 
-void purge_pages(const Page* span) { os::purge(reinterpret_cast<void*>(span->start), span->span_bytes()); }
+void purge_pages(const Page* span) { release_pages(span->start, span->span_bytes()); }
 
 // Every free reads the slice map, and eight entries share a cache line:
 // the slabs of other threads sit in the slices next to a span being taken
@@ -186,9 +186,10 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
 Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero) {
   Page* free_span = take_fitting(slices);
   if (free_span == nullptr) return nullptr;
-  remove_free(free_span);
   Segment* segment = segment_of_page(free_span);
   size_t first = segment->slice_index(free_span);
+  if (!segment_commit(segment, first, slices, first + free_span->slice_count)) return nullptr;
+  remove_free(free_span);
   size_t total = free_span->slice_count;
   note_take_locked(slices);
   // Taken from the front, so that a large block can later grow in place.
@@ -399,6 +400,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   if (after == nullptr || after->kind() != PageKind::kFree || segment->slice_index(after) != end) return false;
   size_t extra = slices - span->slice_count;
   if (after->slice_count < extra) return false;
+  if (!segment_commit(segment, end, extra, end + after->slice_count)) return false;
   remove_free(after);
   note_take_locked(extra);
   size_t rest = after->slice_count - extra;

@@ -21,6 +21,22 @@ void unmap(void* addr, size_t size);
 // Gives the physical pages back; the range stays mapped and reads as zero.
 void purge(void* addr, size_t size);
 
+// Commit on demand, for processes whose writable private mappings count
+// against a limit as soon as they are mapped: address space is reserved
+// inaccessible, which is not charged, and made read-write as it is used.
+// True when they do: the kernel never overcommits (vm.overcommit_memory=2,
+// where MAP_NORESERVE is ignored), or the process has a data size limit
+// (RLIMIT_DATA, `ulimit -d`, which counts them since Linux 4.7).
+bool writable_mappings_are_limited();
+// Like map_aligned, but inaccessible until committed.
+void* reserve_aligned(size_t size, size_t alignment);
+// Makes reserved (or decommitted) pages read-write, zeroed; false when the
+// kernel refuses, as at the commit limit.
+bool commit(void* addr, size_t size);
+// Gives the pages back and makes them inaccessible again, which also takes
+// them off the commit charge (purge and mprotect would not).
+void decommit(void* addr, size_t size);
+
 // Fills `residency` with one byte per page of [addr, addr + size) (page
 // aligned, at most kResidencyPages pages), bit 0 set where the page is
 // resident. False if the kernel refuses.

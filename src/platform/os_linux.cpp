@@ -5,8 +5,10 @@
 
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <fcntl.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -44,8 +46,8 @@ constexpr int kMapFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 // Sanitizers must see mappings come and go (ThreadSanitizer forgets the
 // history of unmapped memory; with raw system calls, a range unmapped by one
 // thread and mapped again by another looks like a race).
-void* map(size_t size, void* hint) {
-  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, kMapFlags, -1, 0);
+void* map_with(size_t size, void* hint, int protection, int extra_flags = 0) {
+  void* p = mmap(hint, size, protection, kMapFlags | extra_flags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -53,9 +55,9 @@ void unmap(void* addr, size_t size) {
   if (size != 0) munmap(addr, size);
 }
 #else
-void* map(size_t size, void* hint) {
-  long ret = raw_syscall(SYS_mmap, reinterpret_cast<long>(hint), static_cast<long>(size), PROT_READ | PROT_WRITE,
-                         kMapFlags, -1, 0);
+void* map_with(size_t size, void* hint, int protection, int extra_flags = 0) {
+  long ret = raw_syscall(SYS_mmap, reinterpret_cast<long>(hint), static_cast<long>(size), protection,
+                         kMapFlags | extra_flags, -1, 0);
   return failed(ret) ? nullptr : reinterpret_cast<void*>(ret);
 }
 
@@ -64,13 +66,17 @@ void unmap(void* addr, size_t size) {
 }
 #endif
 
-void* map_aligned(size_t size, size_t alignment) {
+void* map(size_t size, void* hint) { return map_with(size, hint, PROT_READ | PROT_WRITE); }
+
+namespace {
+
+void* map_aligned_with(size_t size, size_t alignment, int protection) {
   // Ask at the address where an aligned mapping would follow the last one,
   // which usually succeeds; otherwise over-map and trim the ends.
   XALLOC_STARTUP_DATA static uintptr_t next_hint = 0;
   uintptr_t hint = __atomic_load_n(&next_hint, __ATOMIC_RELAXED);
   if (hint != 0) {
-    void* p = map(size, reinterpret_cast<void*>(hint));
+    void* p = map_with(size, reinterpret_cast<void*>(hint), protection);
     if (p == nullptr) return nullptr;
     if ((reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0) {
       __atomic_store_n(&next_hint, reinterpret_cast<uintptr_t>(p) + size, __ATOMIC_RELAXED);
@@ -80,7 +86,7 @@ void* map_aligned(size_t size, size_t alignment) {
   }
   size_t padded = size + alignment;
   if (padded < size) return nullptr;
-  auto raw = reinterpret_cast<uintptr_t>(map(padded));
+  auto raw = reinterpret_cast<uintptr_t>(map_with(padded, nullptr, protection));
   if (raw == 0) return nullptr;
   uintptr_t aligned = (raw + alignment - 1) & ~(alignment - 1);
   unmap(reinterpret_cast<void*>(raw), aligned - raw);
@@ -88,6 +94,43 @@ void* map_aligned(size_t size, size_t alignment) {
   __atomic_store_n(&next_hint, aligned + size, __ATOMIC_RELAXED);
   return reinterpret_cast<void*>(aligned);
 }
+
+}  // namespace
+
+void* map_aligned(size_t size, size_t alignment) { return map_aligned_with(size, alignment, PROT_READ | PROT_WRITE); }
+
+void* reserve_aligned(size_t size, size_t alignment) { return map_aligned_with(size, alignment, PROT_NONE); }
+
+bool commit(void* addr, size_t size) { return size == 0 || protect_read_write(addr, size); }
+
+void decommit(void* addr, size_t size) {
+  // A fresh inaccessible mapping in place of the range: its pages and their
+  // charge go with the old one. (If the kernel refuses, as at the limit of
+  // mappings, the pages are at least purged; they stay charged.)
+  if (size == 0) return;
+  if (map_with(size, addr, PROT_NONE, MAP_FIXED) == nullptr) purge(addr, size);
+}
+
+namespace {
+
+bool overcommit_is_strict() {
+  long fd = raw_syscall(SYS_open, reinterpret_cast<long>("/proc/sys/vm/overcommit_memory"), O_RDONLY | O_CLOEXEC);
+  if (failed(fd)) return false;
+  char mode = 0;
+  long got = raw_syscall(SYS_read, fd, reinterpret_cast<long>(&mode), 1);
+  raw_syscall(SYS_close, fd);
+  return got == 1 && mode == '2';
+}
+
+bool data_size_is_limited() {
+  struct rlimit limit = {};
+  if (failed(raw_syscall(SYS_prlimit64, 0, RLIMIT_DATA, 0, reinterpret_cast<long>(&limit)))) return false;
+  return limit.rlim_cur != RLIM_INFINITY;
+}
+
+}  // namespace
+
+bool writable_mappings_are_limited() { return data_size_is_limited() || overcommit_is_strict(); }
 
 void purge(void* addr, size_t size) {
   // MADV_DONTNEED rather than MADV_FREE: the pages leave RSS at once, which

@@ -283,20 +283,28 @@ inline ChildResult run_test_in_fresh_process(const std::string& test_name, unsig
 }
 
 // Bytes of address space the process has mapped (VmSize).
-inline size_t vm_size_bytes() {
+// A "Vm...:" line of /proc/self/status, in bytes (0 if unreadable).
+inline size_t vm_status_bytes(const char* field) {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (f == nullptr) return 0;
   char line[256];
   size_t kib = 0;
+  size_t len = std::strlen(field);
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, "VmSize:", 7) == 0) {
-      kib = std::strtoull(line + 7, nullptr, 10);
+    if (std::strncmp(line, field, len) == 0 && line[len] == ':') {
+      kib = std::strtoull(line + len + 1, nullptr, 10);
       break;
     }
   }
   std::fclose(f);
   return kib * 1024;
 }
+
+inline size_t vm_size_bytes() { return vm_status_bytes("VmSize"); }
+
+// Bytes of writable private mappings (VmData): what a data size limit
+// counts, and a kernel that never overcommits charges.
+inline size_t vm_data_bytes() { return vm_status_bytes("VmData"); }
 
 // A small deterministic PRNG (xorshift64*), independent of the C library.
 struct Rng {

@@ -1,7 +1,9 @@
 // Running out of memory: in a forked child with a limited address space
-// (RLIMIT_AS, what `ulimit -v` sets), allocation must fail with NULL and
-// ENOMEM, never crash, and succeed again once memory has been freed,
-// whatever kind of block (small, large, huge) held it.
+// (RLIMIT_AS, what `ulimit -v` sets) or data size (RLIMIT_DATA, `ulimit -d`,
+// which counts writable private mappings as a kernel that never
+// overcommits charges them), allocation must fail with NULL and ENOMEM,
+// never crash, and succeed again once memory has been freed, whatever kind
+// of block (small, large, huge) held it.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "options.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -34,6 +37,7 @@ enum : int {
   kLimitFailed = 15,      // setrlimit did not work
   kReallocBroken = 16,    // a failed realloc lost the block
   kMemalignBroken = 17,
+  kNotOnDemand = 18,      // a data size limit did not turn commit on demand on
 };
 
 const char* describe_code(int code) {
@@ -47,6 +51,7 @@ const char* describe_code(int code) {
     case kLimitFailed: return "setrlimit failed";
     case kReallocBroken: return "a failed realloc lost or damaged the block";
     case kMemalignBroken: return "posix_memalign did not return ENOMEM";
+    case kNotOnDemand: return "a data size limit did not turn commit on demand on";
   }
   return "unexpected exit code";
 }
@@ -56,6 +61,17 @@ bool limit_address_space() {
   struct rlimit lim = {now + kHeadroom, now + kHeadroom};
   return now != 0 && setrlimit(RLIMIT_AS, &lim) == 0;
 }
+
+bool limit_data_size() {
+  size_t now = xtest::vm_data_bytes();
+  struct rlimit lim = {now + kHeadroom, now + kHeadroom};
+  return now != 0 && setrlimit(RLIMIT_DATA, &lim) == 0;
+}
+
+// kAddressSpace: set once the thread has a heap. kDataSize: set before the
+// allocator starts, which then commits memory on demand (options.h), so a
+// process gets about as much as the limit allows.
+enum class Limit { kAddressSpace, kDataSize };
 
 // Allocates `size`-byte blocks with `alloc` into `blocks` (whose capacity
 // was reserved before the limit was set: nothing here may use the system
@@ -98,18 +114,24 @@ size_t capacity_for(size_t size) { return 2 * kHeadroom / size + 16; }
 // everything, and then fills it again with blocks of `second_size`: the
 // second round must get at least half of the first round's bytes. The
 // thread has a heap before the limit is set.
-int exhaust_and_recover(size_t first_size, size_t second_size) {
+int exhaust_and_recover(size_t first_size, size_t second_size, Limit limit = Limit::kAddressSpace) {
   std::vector<void*> blocks;
   blocks.reserve(capacity_for(first_size) + 16);
   std::vector<void*> again;
   again.reserve(capacity_for(second_size));
-  xalloc_free(xalloc_malloc(16));
-  if (!limit_address_space()) return kLimitFailed;
+  if (limit == Limit::kDataSize) {
+    if (!limit_data_size()) return kLimitFailed;
+    xalloc_free(xalloc_malloc(16));
+    if (!xalloc::g_options.commit_on_demand) return kNotOnDemand;
+  } else {
+    xalloc_free(xalloc_malloc(16));
+    if (!limit_address_space()) return kLimitFailed;
+  }
   int err = fill(blocks, first_size, plain_malloc);
   if (err == -1) return kNeverFailed;
   if (err != ENOMEM) return kWrongErrno;
   size_t first_bytes = blocks.size() * first_size;
-  if (first_bytes < kHeadroom / 4) return kTooLittle;
+  if (first_bytes < (limit == Limit::kDataSize ? kHeadroom / 2 : kHeadroom / 4)) return kTooLittle;
   if (!intact(blocks, first_size)) return kCorrupt;
   // Failing again and again changes nothing.
   for (int i = 0; i < 10; ++i) {
@@ -182,6 +204,20 @@ TEST_F(OutOfMemory, HugeBlocksThenSmall) {
 }
 TEST_F(OutOfMemory, LargeBlocksThenHuge) {
   expect_fresh_ok([] { return exhaust_and_recover(kMiB, 40 * kMiB); });
+}
+
+// Under a data size limit, memory taken and given back in every form.
+TEST_F(OutOfMemory, DataLimitSmallBlocksThenLarge) {
+  expect_fresh_ok([] { return exhaust_and_recover(4000, 3 * kMiB, Limit::kDataSize); });
+}
+TEST_F(OutOfMemory, DataLimitLargeBlocksThenSmall) {
+  expect_fresh_ok([] { return exhaust_and_recover(500000, 2000, Limit::kDataSize); });
+}
+TEST_F(OutOfMemory, DataLimitHugeBlocksThenSmall) {
+  expect_fresh_ok([] { return exhaust_and_recover(24 * kMiB, 512, Limit::kDataSize); });
+}
+TEST_F(OutOfMemory, DataLimitLargeBlocksThenHuge) {
+  expect_fresh_ok([] { return exhaust_and_recover(kMiB, 40 * kMiB, Limit::kDataSize); });
 }
 
 TEST_F(OutOfMemory, EveryEntryPointFailsCleanly) {

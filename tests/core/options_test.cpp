@@ -284,3 +284,60 @@ TEST(Options, AbortOnInvalidFreeCanBeTurnedOff) {
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
   EXPECT_EQ(r.err, "");
 }
+
+// XALLOC_COMMIT_ON_DEMAND=1 (on by itself under a data size limit or a
+// kernel that never overcommits; oom_test.cpp): writable mappings - what
+// such a kernel charges - follow the memory in use, not the 32 MiB segments
+// reserved, and come back down when memory is given back. Every kind of
+// block is written whole after its memory was decommitted and committed
+// again, and calloc'd memory reads as zero.
+namespace {
+
+bool zero_and_fill(void* p, size_t size, unsigned char fill) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < size; i += 4096) {
+    if (b[i] != 0) return false;
+  }
+  std::memset(p, fill, size);
+  return true;
+}
+
+int commit_on_demand_body() {
+  size_t start = xtest::vm_data_bytes();
+  std::vector<void*> small;
+  for (size_t i = 0; i < 4 * kMiB / 1024; ++i) {
+    small.push_back(xalloc_malloc(1024));
+    std::memset(small.back(), 1, 1024);
+  }
+  size_t with_small = xtest::vm_data_bytes();
+  std::fprintf(stderr, "VmData %zu KiB at start, %zu after 4 MiB of small blocks\n", start >> 10, with_small >> 10);
+  if (with_small > start + 12 * kMiB) return 1;  // a whole segment's 32 MiB was charged
+
+  std::vector<void*> large;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      large.push_back(xalloc_calloc(1, kMiB));
+      if (large.back() == nullptr || !zero_and_fill(large.back(), kMiB, 2)) return 2;
+    }
+    void* huge = xalloc_calloc(1, 40 * kMiB);
+    if (huge == nullptr || !zero_and_fill(huge, 40 * kMiB, 3)) return 3;
+    size_t full = xtest::vm_data_bytes();
+    for (void* p : large) xalloc_free(p);
+    large.clear();
+    xalloc_free(huge);
+    xalloc_trim(0);
+    size_t trimmed = xtest::vm_data_bytes();
+    std::fprintf(stderr, "round %d: VmData %zu KiB with 104 MiB of large and huge blocks, %zu after free and trim\n",
+                 round, full >> 10, trimmed >> 10);
+    if (trimmed > with_small + 8 * kMiB || full < trimmed + 100 * kMiB) return 4;
+  }
+  for (void* p : small) xalloc_free(p);
+  return 0;
+}
+
+}  // namespace
+
+TEST(Options, CommitOnDemandChargesWhatIsUsed) {
+  auto r = fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "1"}}, commit_on_demand_body);
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
