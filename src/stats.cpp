@@ -129,8 +129,9 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   xalloc_stats_t s;
   xalloc_get_stats(&s);
   uint64_t resident = stats::resident_bytes();
-  report::message("stats: mapped %u KiB, committed %u KiB, resident %u KiB, in use %u KiB (large and huge %u KiB)",
-                  s.mapped >> 10, s.committed >> 10, resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
+  report::message("stats: mapped %u KiB%s, committed %u KiB, resident %u KiB, in use %u KiB (large and huge %u KiB)",
+                  s.mapped >> 10, g_options.commit_on_demand ? " (committed on demand)" : "", s.committed >> 10,
+                  resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
   report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all, pooled empty slabs %u KiB",
                   g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10, s.pooled >> 10);
   report::message("stats: dirty budget %u KiB (x%u: purged memory is %s)", dirty_budget_bytes() >> 10,

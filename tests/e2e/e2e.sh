@@ -7,6 +7,8 @@
 #                                     with XALLOC_STATS=1; its output must equal
 #                                     a run without xalloc (and known values), and
 #                                     the exit statistics must show xalloc served it
+#   datalimit   the python and perl workloads under a data size limit
+#               (ulimit -d), which turns commit on demand on by itself
 #   clink       build a C program with -lxalloc and run it
 #   static      build a C++ program with libxalloc.a and run it
 #   staticrt    the same with the C++ runtime linked statically too: std::bad_alloc
@@ -104,6 +106,21 @@ case "$case_name" in
     need ruby
     run_both rb "$(tool ruby)" "$here/workload.rb"
     grep -q '^ruby workload: [0-9a-f]\{64\}$' rb.out || fail "unexpected output: $(cat rb.out)"
+    ;;
+
+  datalimit)
+    # 4 GiB: far more than either program uses, far less than the 32 MiB
+    # segments would count if they were mapped writable from the start.
+    py=$(tool python3) || skip "python3 is not installed"
+    [ -n "$py" ] || skip "python3 is not installed"
+    need perl
+    ulimit -d 4194304 || skip "cannot set a data size limit"
+    run_both py "$py" "$here/workload.py"
+    run_both pl "$(tool perl)" "$here/workload.pl"
+    for err in py.err pl.err; do
+      grep -q '^xalloc: stats: mapped [0-9]* KiB (committed on demand)' "$err" ||
+        fail "the data size limit did not turn commit on demand on ($err): $(grep '^xalloc: stats: mapped' "$err" | head -2)"
+    done
     ;;
 
   sqlite)
