@@ -3,7 +3,8 @@
 #
 # On a fresh Debian 12 machine, as root, it does all the set-up itself:
 #   1. scripts/install-deps.sh test
-#   2. Release build (build/) and its whole test suite (unit, shim, static, e2e)
+#   2. Release build (build/) and its whole test suite (unit, shim, static, e2e),
+#      then its core and feature tests with XALLOC_COMMIT_ON_DEMAND=1
 #   3. ThreadSanitizer build (build-tsan/, XALLOC_SANITIZE=thread) and its tests
 #   4. debug-checks build (build-debug/, Debug + XALLOC_DEBUG_CHECKS) and its
 #      tests, then a few bench workloads under its libxalloc.so (skipped while
@@ -106,7 +107,7 @@ san_configure_and_build() {
 run_ctest() {
   local dir=$1
   shift
-  local log="$logs/$(basename "$dir").ctest.log"
+  local log="$logs/${ctest_log_name:-$(basename "$dir")}.ctest.log"
   ctest --test-dir "$dir" -j"$jobs" --output-on-failure "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local line passed failed total
@@ -117,13 +118,17 @@ run_ctest() {
     passed=$((total - failed))
     tests_passed=$((tests_passed + passed))
     tests_failed=$((tests_failed + failed))
-    note "$(basename "$dir"): $passed passed, $failed failed"
+    note "${ctest_log_name:-$(basename "$dir")}: $passed passed, $failed failed"
   else
     echo "no test summary from ctest in $dir"
     return 1
   fi
   [ "$total" -gt 0 ] || { echo "ctest ran no test in $dir"; return 1; }
   return "$rc"
+}
+
+run_ctest_commit_on_demand() {
+  XALLOC_COMMIT_ON_DEMAND=1 ctest_log_name=$(basename "$1")-commit-on-demand run_ctest "$1" -L "core|features"
 }
 
 # --- 1. dependencies --------------------------------------------------------
@@ -142,6 +147,9 @@ step "dependencies (scripts/install-deps.sh test)" install_deps
 if wanted release; then
   step "release: build (build/)" configure_and_build "$root/build" -DCMAKE_BUILD_TYPE=Release
   step "release: tests" run_ctest "$root/build"
+  # The core and feature tests again with segments committed as they are
+  # used, as under a data size limit or a kernel that never overcommits.
+  step "release: core and feature tests, XALLOC_COMMIT_ON_DEMAND=1" run_ctest_commit_on_demand "$root/build"
 fi
 
 # --- 3. ThreadSanitizer -----------------------------------------------------
