@@ -38,6 +38,8 @@ const OptionSpec kSpecs[] = {
      uint64_t{1} << 20},
     {"COMMIT_ON_DEMAND", OptionType::kBool, &g_options.commit_on_demand,
      "reserve memory inaccessible and commit it as it is used (default: 1 under ulimit -d or vm.overcommit_memory=2)"},
+    {"HUGE_PAGES", OptionType::kBool, &g_options.huge_pages,
+     "back segments with transparent huge pages (0: never, even where the kernel would by default)"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",
      uint64_t{1} << 47},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,

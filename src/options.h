@@ -31,6 +31,11 @@ struct Options {
   // mapped (a data size limit, or a kernel that never overcommits).
   // Default: on where either holds (os::writable_mappings_are_limited).
   bool commit_on_demand = false;
+  // Transparent huge pages for segments: off, the kernel never backs them
+  // with huge pages, even where it would by default (THP "always"), so
+  // that a 2 MiB page holds no more of the heap than the program touched;
+  // on, it backs them with huge pages wherever THP is enabled.
+  bool huge_pages = false;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
   uint64_t huge_cache_bytes = 256ull << 20;
   // A thread buffers frees of other threads' blocks up to this many bytes

@@ -44,6 +44,10 @@ Segment* segment_create() {
     os::unmap(memory, kSegmentSize);
     return nullptr;
   }
+  // With THP "always" the kernel would back every 2 MiB the program
+  // touches with a huge page, and khugepaged would fill purged holes in
+  // again (options.h).
+  os::advise_huge_pages(memory, kSegmentSize, g_options.huge_pages);
   auto* segment = segment_at(reinterpret_cast<uintptr_t>(memory));
   segment_protect_header(reinterpret_cast<uintptr_t>(memory));
   // The mapping is fresh, so every field not set here is already zero.
@@ -87,8 +91,10 @@ void segment_protect_header(uintptr_t base) {
 }
 
 void release_pages(uintptr_t start, size_t bytes) {
-  if (g_options.commit_on_demand) os::decommit(reinterpret_cast<void*>(start), bytes);
-  else os::purge(reinterpret_cast<void*>(start), bytes);
+  auto* pages = reinterpret_cast<void*>(start);
+  if (!g_options.commit_on_demand) return os::purge(pages, bytes);
+  os::decommit(pages, bytes);
+  os::advise_huge_pages(pages, bytes, g_options.huge_pages);  // the new mapping has the kernel's default
 }
 
 namespace {

@@ -37,6 +37,10 @@ bool commit(void* addr, size_t size);
 // them off the commit charge (purge and mprotect would not).
 void decommit(void* addr, size_t size);
 
+// Transparent huge pages for [addr, addr + size): asks for them (`use`)
+// or keeps the kernel from using them, whatever its default.
+void advise_huge_pages(void* addr, size_t size, bool use);
+
 // Fills `residency` with one byte per page of [addr, addr + size) (page
 // aligned, at most kResidencyPages pages), bit 0 set where the page is
 // resident. False if the kernel refuses.

@@ -138,6 +138,11 @@ void purge(void* addr, size_t size) {
   if (size != 0) raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_DONTNEED);
 }
 
+void advise_huge_pages(void* addr, size_t size, bool use) {
+  raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size),
+              use ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
 bool page_residency(const void* addr, size_t size, uint8_t* residency) {
   return !failed(raw_syscall(SYS_mincore, reinterpret_cast<long>(addr), static_cast<long>(size),
                              reinterpret_cast<long>(residency)));

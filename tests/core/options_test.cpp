@@ -341,3 +341,72 @@ TEST(Options, CommitOnDemandChargesWhatIsUsed) {
   auto r = fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "1"}}, commit_on_demand_body);
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
 }
+
+// Segments carry the transparent huge page advice of XALLOC_HUGE_PAGES
+// (default: none), also after their memory was decommitted and committed
+// again. (The kernel's flags for the mapping that holds `p`: "nh" no huge
+// pages, "hg" huge pages.)
+namespace {
+
+std::string mapping_flags(const void* p) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return "";
+  auto address = reinterpret_cast<uintptr_t>(p);
+  char line[512];
+  bool inside = false;
+  std::string flags;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long start = 0, end = 0;
+    if (std::sscanf(line, "%lx-%lx ", &start, &end) == 2 && std::strchr(line, ' ') != nullptr &&
+        std::strncmp(line, "VmFlags", 7) != 0) {
+      inside = start <= address && address < end;
+    } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+      flags = line + 8;
+      break;
+    }
+  }
+  std::fclose(f);
+  return flags;
+}
+
+bool has_flag(const std::string& flags, const char* flag) {
+  return (" " + flags + " ").find(std::string(" ") + flag + " ") != std::string::npos ||
+         (" " + flags).find(std::string(" ") + flag + "\n") != std::string::npos;
+}
+
+int huge_page_advice_body(const char* expected, const char* unexpected) {
+  void* small = xalloc_malloc(100);
+  void* large = xalloc_malloc(3 * kMiB);
+  std::string flags = mapping_flags(large);
+  std::fprintf(stderr, "flags of the segment: %s", flags.c_str());
+  if (!has_flag(mapping_flags(small), expected) || !has_flag(flags, expected) || has_flag(flags, unexpected)) return 1;
+  xalloc_free(large);
+  xalloc_trim(0);  // purged, and with commit on demand decommitted
+  large = xalloc_malloc(3 * kMiB);
+  std::memset(large, 1, 3 * kMiB);
+  flags = mapping_flags(large);
+  std::fprintf(stderr, "after a purge: %s", flags.c_str());
+  if (!has_flag(flags, expected) || has_flag(flags, unexpected)) return 2;
+  xalloc_free(large);
+  xalloc_free(small);
+  return 0;
+}
+
+}  // namespace
+
+TEST(Options, SegmentsAreKeptFromTransparentHugePagesUnlessAsked) {
+  // (The fresh process runs the first fresh_with_env's body: one body for
+  // every variant, which reads its variant from the environment.)
+  auto body = [] {
+    const char* huge = std::getenv("XALLOC_HUGE_PAGES");
+    bool asked = huge != nullptr && std::strcmp(huge, "1") == 0;
+    return asked ? huge_page_advice_body("hg", "nh") : huge_page_advice_body("nh", "hg");
+  };
+  for (const char* on_demand : {"0", "1"}) {
+    for (const char* huge : {"0", "1"}) {
+      auto r = fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", on_demand}, {"XALLOC_HUGE_PAGES", huge}}, body);
+      EXPECT_TRUE(r.exited() && r.exit_code() == 0)
+          << "XALLOC_COMMIT_ON_DEMAND=" << on_demand << " XALLOC_HUGE_PAGES=" << huge << ": " << r.describe();
+    }
+  }
+}
