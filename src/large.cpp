@@ -483,6 +483,17 @@ void cache_purge_locked(Segment* s, bool for_budget) {
   stats::add(stats::g_global.purged, s->mapping_size - kHugeHeader);
 }
 
+// A fresh mapping of `mapping` bytes for a huge block, aligned to the
+// segment size, whose range the segment map can take; nullptr if refused.
+void* map_huge(size_t mapping) {
+  void* memory = os::map_aligned(mapping, kSegmentSize);
+  if (memory != nullptr && !segment_map_prepare(reinterpret_cast<uintptr_t>(memory), mapping)) {
+    os::unmap(memory, mapping);
+    return nullptr;
+  }
+  return memory;
+}
+
 // A cached mapping that fits `mapping` bytes without wasting more than a
 // quarter (or unmapped, evicted ones go to `evict`).
 Segment* cache_take(size_t mapping) {
@@ -702,8 +713,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   }
   bool fresh = segment == nullptr;
   if (fresh) {
-    void* memory = os::map_aligned(mapping, kSegmentSize);
-    if (memory == nullptr && release_cached_memory()) memory = os::map_aligned(mapping, kSegmentSize);
+    void* memory = map_huge(mapping);
+    if (memory == nullptr && release_cached_memory()) memory = map_huge(mapping);
     if (memory == nullptr) return fail_enomem();
     segment = segment_at(reinterpret_cast<uintptr_t>(memory));
     segment_protect_header(segment->base());
@@ -823,9 +834,11 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
     auto* base = reinterpret_cast<void*>(segment->base());
     if (mapping < old_mapping) {
       resized = shrink_mapping(segment->base(), old_mapping, mapping);
+    } else if (!segment_map_prepare(segment->base(), mapping)) {
+      // The map cannot take the grown range: copied below, if memory allows.
     } else if (os::remap_in_place(base, old_mapping, mapping)) {
       resized = true;
-    } else if (void* target = os::map_aligned(mapping, kSegmentSize); target != nullptr) {
+    } else if (void* target = map_huge(mapping); target != nullptr) {
       // Move the pages to a fresh aligned reservation instead of copying.
       // Once they move, another thread may map the old range and mark it
       // as its own: unmark it first.

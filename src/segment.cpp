@@ -27,6 +27,47 @@ inline size_t count_bits(uint64_t word) {
 // 4 MiB of .bss: only the pages covering used granules ever become resident.
 uint8_t g_segment_map[kSegmentMapEntries];
 
+namespace {
+
+// The whole pages of the map that segment_map_init replaced, and which of
+// them are writable again (set once made so).
+uintptr_t g_map_zeros_begin = 0;
+uintptr_t g_map_zeros_end = 0;
+constexpr size_t kMapPages = kSegmentMapEntries / kOsPageSize + 1;
+std::atomic<uint64_t> g_map_pages_writable[(kMapPages + 63) / 64];
+
+}  // namespace
+
+void segment_map_init() {
+  if (!g_options.commit_on_demand) return;
+  auto start = reinterpret_cast<uintptr_t>(g_segment_map);
+  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t end = (start + kSegmentMapEntries) & ~(kOsPageSize - 1);
+  if (end <= begin || !os::remap_read_only_zeros(reinterpret_cast<void*>(begin), end - begin)) return;
+  g_map_zeros_begin = begin;
+  g_map_zeros_end = end;
+}
+
+bool segment_map_prepare(uintptr_t base, size_t size) {
+  if (g_map_zeros_end == 0) return true;
+  uintptr_t first = base >> kSegmentShift;
+  uintptr_t last = (base + size - 1) >> kSegmentShift;
+  if (first >= kSegmentMapEntries) return true;
+  if (last >= kSegmentMapEntries) last = kSegmentMapEntries - 1;
+  auto from = reinterpret_cast<uintptr_t>(&g_segment_map[first]) & ~(kOsPageSize - 1);
+  auto to = reinterpret_cast<uintptr_t>(&g_segment_map[last]);
+  for (uintptr_t page = from; page <= to; page += kOsPageSize) {
+    if (page < g_map_zeros_begin || page >= g_map_zeros_end) continue;
+    size_t n = (page - g_map_zeros_begin) / kOsPageSize;
+    uint64_t bit = uint64_t{1} << (n % 64);
+    // Acquire: a page another thread marked is writable for this one too.
+    if (g_map_pages_writable[n / 64].load(std::memory_order_acquire) & bit) continue;
+    if (!os::commit(reinterpret_cast<void*>(page), kOsPageSize)) return false;
+    g_map_pages_writable[n / 64].fetch_or(bit, std::memory_order_release);
+  }
+  return true;
+}
+
 void segment_map_set(uintptr_t base, size_t size, bool present) {
   uintptr_t first = base >> kSegmentShift;
   uintptr_t last = (base + size - 1) >> kSegmentShift;
@@ -40,7 +81,8 @@ Segment* segment_create() {
   void* memory = g_options.commit_on_demand ? os::reserve_aligned(kSegmentSize, kSegmentSize)
                                             : os::map_aligned(kSegmentSize, kSegmentSize);
   if (memory == nullptr) return nullptr;
-  if (g_options.commit_on_demand && !os::commit(memory, kHeaderBytes)) {
+  if (!segment_map_prepare(reinterpret_cast<uintptr_t>(memory), kSegmentSize) ||
+      (g_options.commit_on_demand && !os::commit(memory, kHeaderBytes))) {
     os::unmap(memory, kSegmentSize);
     return nullptr;
   }

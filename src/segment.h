@@ -127,6 +127,15 @@ inline Page* lookup_page(uintptr_t address) {
   return page_of(segment_of(address), address);
 }
 
+// Commit on demand: the segment map's 4 MiB, which the kernel charges as
+// writable data from the start, become uncharged zero pages (at start-up,
+// before any segment is registered), made writable a page - 4096 granules,
+// 128 GiB of address space - at a time by segment_map_prepare, which every
+// new mapping's range goes through before segment_map_set registers it.
+void segment_map_init();
+// False when the kernel refuses (at the commit limit): the range cannot be
+// registered.
+bool segment_map_prepare(uintptr_t base, size_t size);
 void segment_map_set(uintptr_t base, size_t size, bool present);
 
 // Maps and initialises a normal segment (all slices free but the header).

@@ -216,6 +216,7 @@ void process_init() {
   }
   t_initializing = true;
   options_init();
+  segment_map_init();
   secure::init_secret();
   prof::init_flags();
   if (!g_have_heap_key) {

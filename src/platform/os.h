@@ -36,6 +36,9 @@ bool commit(void* addr, size_t size);
 // Gives the pages back and makes them inaccessible again, which also takes
 // them off the commit charge (purge and mprotect would not).
 void decommit(void* addr, size_t size);
+// Replaces [addr, addr + size) (whole pages) with read-only zero pages,
+// which are not charged; commit() makes them writable. False if refused.
+bool remap_read_only_zeros(void* addr, size_t size);
 
 // Transparent huge pages for [addr, addr + size): asks for them (`use`)
 // or keeps the kernel from using them, whatever its default.

@@ -111,6 +111,8 @@ void decommit(void* addr, size_t size) {
   if (map_with(size, addr, PROT_NONE, MAP_FIXED) == nullptr) purge(addr, size);
 }
 
+bool remap_read_only_zeros(void* addr, size_t size) { return map_with(size, addr, PROT_READ, MAP_FIXED) != nullptr; }
+
 namespace {
 
 bool overcommit_is_strict() {

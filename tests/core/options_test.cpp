@@ -304,6 +304,13 @@ bool zero_and_fill(void* p, size_t size, unsigned char fill) {
 
 int commit_on_demand_body() {
   size_t start = xtest::vm_data_bytes();
+  void* first = xalloc_malloc(16);
+  size_t after_first = xtest::vm_data_bytes();
+  std::fprintf(stderr, "VmData %zu KiB before the first allocation, %zu after it\n", start >> 10, after_first >> 10);
+  // The segment map's 4 MiB of .bss uncharged, the first segment's header
+  // and first MiB charged.
+  if (after_first + 2 * kMiB > start) return 5;
+  xalloc_free(first);
   std::vector<void*> small;
   for (size_t i = 0; i < 4 * kMiB / 1024; ++i) {
     small.push_back(xalloc_malloc(1024));
