@@ -4,7 +4,7 @@
 # On a fresh Debian 12 machine, as root, it does all the set-up itself:
 #   1. scripts/install-deps.sh test
 #   2. Release build (build/) and its whole test suite (unit, shim, static, e2e),
-#      then its core and feature tests with XALLOC_COMMIT_ON_DEMAND=1
+#      then its core, feature and shim tests with XALLOC_COMMIT_ON_DEMAND=1
 #   3. ThreadSanitizer build (build-tsan/, XALLOC_SANITIZE=thread) and its tests
 #   4. debug-checks build (build-debug/, Debug + XALLOC_DEBUG_CHECKS) and its
 #      tests, then a few bench workloads under its libxalloc.so (skipped while
@@ -128,7 +128,7 @@ run_ctest() {
 }
 
 run_ctest_commit_on_demand() {
-  XALLOC_COMMIT_ON_DEMAND=1 ctest_log_name=$(basename "$1")-commit-on-demand run_ctest "$1" -L "core|features"
+  XALLOC_COMMIT_ON_DEMAND=1 ctest_log_name=$(basename "$1")-commit-on-demand run_ctest "$1" -L "core|features|shim"
 }
 
 # --- 1. dependencies --------------------------------------------------------
@@ -147,9 +147,9 @@ step "dependencies (scripts/install-deps.sh test)" install_deps
 if wanted release; then
   step "release: build (build/)" configure_and_build "$root/build" -DCMAKE_BUILD_TYPE=Release
   step "release: tests" run_ctest "$root/build"
-  # The core and feature tests again with segments committed as they are
+  # The core, feature and shim tests again with memory committed as it is
   # used, as under a data size limit or a kernel that never overcommits.
-  step "release: core and feature tests, XALLOC_COMMIT_ON_DEMAND=1" run_ctest_commit_on_demand "$root/build"
+  step "release: core, feature and shim tests, XALLOC_COMMIT_ON_DEMAND=1" run_ctest_commit_on_demand "$root/build"
 fi
 
 # --- 3. ThreadSanitizer -----------------------------------------------------

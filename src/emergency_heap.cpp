@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "config.h"
 #include "heap.h"
+#include "options.h"
 #include "platform/os.h"
 
 namespace xalloc::emergency {
@@ -17,6 +19,12 @@ constexpr size_t kBufferBytes = 1 << 20;
 // variable of .bss, which the C runtime reads and then writes at exit, on
 // a page of its own - two page faults in every process.)
 alignas(64) char g_buffer[kBufferBytes];
+// The whole pages of the buffer that init() made read-only (none: both 0),
+// and whether enter() could not make them writable again (then the report
+// allocates nothing and prints what it can).
+uintptr_t g_sealed_begin = 0;
+uintptr_t g_sealed_end = 0;
+std::atomic<bool> g_unusable{false};
 std::atomic<size_t> g_used{0};
 std::atomic<uint32_t> g_reporting{0};
 __thread bool t_active = false;
@@ -34,11 +42,29 @@ void wait_for_turn_to_report() {
   while (os::monotonic_ms() - start < kReporterWaitMs) os::yield_cpu();
 }
 
+void unseal_buffer() {
+  if (g_sealed_end == 0) return;
+  // Idempotent: a second reporting thread asks again.
+  if (!os::commit(reinterpret_cast<void*>(g_sealed_begin), g_sealed_end - g_sealed_begin))
+    g_unusable.store(true, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+void init() {
+  if (!g_options.commit_on_demand) return;
+  auto start = reinterpret_cast<uintptr_t>(g_buffer);
+  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t end = (start + kBufferBytes) & ~(kOsPageSize - 1);
+  if (end <= begin || !os::remap_read_only_zeros(reinterpret_cast<void*>(begin), end - begin)) return;
+  g_sealed_begin = begin;
+  g_sealed_end = end;
+}
 
 void enter() {
   if (t_active) return;
   wait_for_turn_to_report();
+  unseal_buffer();
   t_active = true;
   // Every fast path misses on the empty heap, so all allocations of this
   // thread reach the slow paths, which check active().
@@ -59,6 +85,10 @@ void* alloc(size_t size, size_t alignment) {
   // address: the buffer itself is only 64-byte aligned.
   // A bump by compare-and-swap: a thread that reports after waiting in
   // vain may share the buffer with the first.
+  if (g_unusable.load(std::memory_order_relaxed)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
   auto base = reinterpret_cast<uintptr_t>(g_buffer);
   size_t used = g_used.load(std::memory_order_relaxed);
   size_t start;

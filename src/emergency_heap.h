@@ -13,6 +13,11 @@
 
 namespace xalloc::emergency {
 
+// Commit on demand (options.h): the buffer's whole pages, 1 MiB that the
+// kernel charges as writable data, become uncharged zero pages until a
+// report needs them. Called once at start-up, before any report.
+void init();
+
 // The calling thread allocates from the emergency buffer from now on.
 // Only one thread reports: another that calls this meanwhile waits for
 // the report's abort (at most two seconds).

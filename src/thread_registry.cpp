@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "emergency_heap.h"
 #include "heap_profiler.h"
 #include "large.h"
 #include "options.h"
@@ -217,6 +218,7 @@ void process_init() {
   t_initializing = true;
   options_init();
   segment_map_init();
+  emergency::init();
   secure::init_secret();
   prof::init_flags();
   if (!g_have_heap_key) {
