@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "config.h"
 #include "heap.h"
 #include "options.h"
 #include "platform/os.h"
@@ -19,11 +18,10 @@ constexpr size_t kBufferBytes = 1 << 20;
 // variable of .bss, which the C runtime reads and then writes at exit, on
 // a page of its own - two page faults in every process.)
 alignas(64) char g_buffer[kBufferBytes];
-// The whole pages of the buffer that init() made read-only (none: both 0),
+// The whole pages of the buffer that init() made read-only (none: empty),
 // and whether enter() could not make them writable again (then the report
 // allocates nothing and prints what it can).
-uintptr_t g_sealed_begin = 0;
-uintptr_t g_sealed_end = 0;
+os::PageRange g_sealed;
 std::atomic<bool> g_unusable{false};
 std::atomic<size_t> g_used{0};
 std::atomic<uint32_t> g_reporting{0};
@@ -43,22 +41,16 @@ void wait_for_turn_to_report() {
 }
 
 void unseal_buffer() {
-  if (g_sealed_end == 0) return;
+  if (g_sealed.end == 0) return;
   // Idempotent: a second reporting thread asks again.
-  if (!os::commit(reinterpret_cast<void*>(g_sealed_begin), g_sealed_end - g_sealed_begin))
+  if (!os::commit(reinterpret_cast<void*>(g_sealed.begin), g_sealed.end - g_sealed.begin))
     g_unusable.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace
 
 void init() {
-  if (!g_options.commit_on_demand) return;
-  auto start = reinterpret_cast<uintptr_t>(g_buffer);
-  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
-  uintptr_t end = (start + kBufferBytes) & ~(kOsPageSize - 1);
-  if (end <= begin || !os::remap_read_only_zeros(reinterpret_cast<void*>(begin), end - begin)) return;
-  g_sealed_begin = begin;
-  g_sealed_end = end;
+  if (g_options.commit_on_demand) g_sealed = os::remap_read_only_zeros(g_buffer, kBufferBytes);
 }
 
 void enter() {

@@ -31,25 +31,18 @@ namespace {
 
 // The whole pages of the map that segment_map_init replaced, and which of
 // them are writable again (set once made so).
-uintptr_t g_map_zeros_begin = 0;
-uintptr_t g_map_zeros_end = 0;
+os::PageRange g_map_zeros;
 constexpr size_t kMapPages = kSegmentMapEntries / kOsPageSize + 1;
 std::atomic<uint64_t> g_map_pages_writable[(kMapPages + 63) / 64];
 
 }  // namespace
 
 void segment_map_init() {
-  if (!g_options.commit_on_demand) return;
-  auto start = reinterpret_cast<uintptr_t>(g_segment_map);
-  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
-  uintptr_t end = (start + kSegmentMapEntries) & ~(kOsPageSize - 1);
-  if (end <= begin || !os::remap_read_only_zeros(reinterpret_cast<void*>(begin), end - begin)) return;
-  g_map_zeros_begin = begin;
-  g_map_zeros_end = end;
+  if (g_options.commit_on_demand) g_map_zeros = os::remap_read_only_zeros(g_segment_map, kSegmentMapEntries);
 }
 
 bool segment_map_prepare(uintptr_t base, size_t size) {
-  if (g_map_zeros_end == 0) return true;
+  if (g_map_zeros.end == 0) return true;
   uintptr_t first = base >> kSegmentShift;
   uintptr_t last = (base + size - 1) >> kSegmentShift;
   if (first >= kSegmentMapEntries) return true;
@@ -57,8 +50,8 @@ bool segment_map_prepare(uintptr_t base, size_t size) {
   auto from = reinterpret_cast<uintptr_t>(&g_segment_map[first]) & ~(kOsPageSize - 1);
   auto to = reinterpret_cast<uintptr_t>(&g_segment_map[last]);
   for (uintptr_t page = from; page <= to; page += kOsPageSize) {
-    if (page < g_map_zeros_begin || page >= g_map_zeros_end) continue;
-    size_t n = (page - g_map_zeros_begin) / kOsPageSize;
+    if (page < g_map_zeros.begin || page >= g_map_zeros.end) continue;
+    size_t n = (page - g_map_zeros.begin) / kOsPageSize;
     uint64_t bit = uint64_t{1} << (n % 64);
     // Acquire: a page another thread marked is writable for this one too.
     if (g_map_pages_writable[n / 64].load(std::memory_order_acquire) & bit) continue;

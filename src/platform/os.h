@@ -36,9 +36,15 @@ bool commit(void* addr, size_t size);
 // Gives the pages back and makes them inaccessible again, which also takes
 // them off the commit charge (purge and mprotect would not).
 void decommit(void* addr, size_t size);
-// Replaces [addr, addr + size) (whole pages) with read-only zero pages,
-// which are not charged; commit() makes them writable. False if refused.
-bool remap_read_only_zeros(void* addr, size_t size);
+// Replaces the whole pages inside [addr, addr + size) - of a global
+// array, say - with read-only zero pages, which are not charged; commit()
+// makes them writable. Returns those pages (none, begin == end, if the
+// kernel refused).
+struct PageRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+};
+PageRange remap_read_only_zeros(void* addr, size_t size);
 
 // Transparent huge pages for [addr, addr + size): asks for them (`use`)
 // or keeps the kernel from using them, whatever its default.

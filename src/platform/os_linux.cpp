@@ -111,7 +111,13 @@ void decommit(void* addr, size_t size) {
   if (map_with(size, addr, PROT_NONE, MAP_FIXED) == nullptr) purge(addr, size);
 }
 
-bool remap_read_only_zeros(void* addr, size_t size) { return map_with(size, addr, PROT_READ, MAP_FIXED) != nullptr; }
+PageRange remap_read_only_zeros(void* addr, size_t size) {
+  auto start = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t end = (start + size) & ~(kOsPageSize - 1);
+  if (end <= begin || map_with(end - begin, reinterpret_cast<void*>(begin), PROT_READ, MAP_FIXED) == nullptr) return {};
+  return {begin, end};
+}
 
 namespace {
 
