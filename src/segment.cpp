@@ -187,8 +187,11 @@ bool segment_commit(Segment* segment, size_t first, size_t count, size_t free_en
   uint64_t missing = 0;
   for_each_range_word(first, count, [&](size_t word, uint64_t mask) { missing |= ~segment->committed[word] & mask; });
   if (missing == 0) return true;
-  constexpr size_t kCommitAheadSlices = 16;
-  size_t end = std::max(first + count, std::min(first + kCommitAheadSlices, free_end));
+  // Ahead: as many slices as the segment has in use, from 4 (256 KiB) to
+  // 16 (1 MiB), so that a small process is not charged a MiB it never
+  // touches while a growing one needs few calls.
+  size_t ahead = std::clamp<size_t>(segment->used_slices, 4, 16);
+  size_t end = std::max(first + count, std::min(first + ahead, free_end));
   if (!os::commit(reinterpret_cast<void*>(segment->base() + (first << kSliceShift)), (end - first) << kSliceShift))
     return false;
   for_each_range_word(first, end - first, [&](size_t word, uint64_t mask) { segment->committed[word] |= mask; });
