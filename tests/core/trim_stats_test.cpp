@@ -827,6 +827,13 @@ TEST(SlabPool, ThreadsChurningSlabsThroughThePoolLoseNoneAndShareNone) {
   std::atomic<unsigned> running{kThreads};
   std::atomic<bool> intact{true};
   std::atomic<size_t> most_pooled{0};
+  auto note_pooled = [&most_pooled] {
+    size_t pooled = xalloc::slab_pool::bytes();
+    size_t most = most_pooled.load();
+    while (pooled > most && !most_pooled.compare_exchange_weak(most, pooled)) {
+    }
+    return pooled;
+  };
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -844,15 +851,14 @@ TEST(SlabPool, ThreadsChurningSlabsThroughThePoolLoseNoneAndShareNone) {
           if (bytes[0] != ((t * 37 + i) & 0xff) || bytes[size - 1] != ((t * 37 + i) & 0xff)) intact = false;
         }
         free_all(blocks);
+        note_pooled();  // (the other threads may take these slabs before the loop below looks)
       }
       running.fetch_sub(1);
     });
   }
   // The pool never holds more than its limit, trims and all.
   for (unsigned look = 0; running.load() != 0; ++look) {
-    size_t pooled = xalloc::slab_pool::bytes();
-    EXPECT_LE(pooled, xalloc::slab_pool::kPoolBytes);
-    if (pooled > most_pooled.load()) most_pooled = pooled;
+    EXPECT_LE(note_pooled(), xalloc::slab_pool::kPoolBytes);
     if (look % 64 == 63) xalloc_trim(0);
     std::this_thread::yield();
   }
