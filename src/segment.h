@@ -148,8 +148,9 @@ void segment_destroy(Segment* segment);
 // accessible. segment_commit makes [first, first+count) accessible before
 // its slices are marked dirty, and up to a MiB more of the free span it is
 // taken from, which ends at `free_end` (one system call for a run of
-// slabs; less ahead while the segment holds little); false when the kernel refuses (at the commit limit). Without
-// commit on demand every slice is accessible.
+// slabs; less ahead while the segment holds little); false when the kernel
+// refuses (at the commit limit). Without commit on demand every slice is
+// accessible.
 bool segment_commit(Segment* segment, size_t first, size_t count, size_t free_end);
 // Gives the pages of a free range back to the OS: purged, and decommitted
 // with commit on demand.

@@ -188,9 +188,9 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   if (free_span == nullptr) return nullptr;
   Segment* segment = segment_of_page(free_span);
   size_t first = segment->slice_index(free_span);
-  if (!segment_commit(segment, first, slices, first + free_span->slice_count)) return nullptr;
-  remove_free(free_span);
   size_t total = free_span->slice_count;
+  if (!segment_commit(segment, first, slices, first + total)) return nullptr;
+  remove_free(free_span);
   note_take_locked(slices);
   // Taken from the front, so that a large block can later grow in place.
   if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
