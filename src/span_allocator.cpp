@@ -80,6 +80,17 @@ void mark_absorbed(Page* page) {
   page->owner = nullptr;
 }
 
+// Slice `last` ends the span headed at `head` and becomes an inner slice of
+// a merged free span. Its entry points back to the head, which may break
+// the slice map's order (span_allocator.h) unless the entry before it
+// points there too (a span that was in use maps every slice to its head,
+// and stays in order): then it points at its own descriptor instead.
+void demote_last_slice(Segment* segment, size_t head, size_t last) {
+  if (last == head || segment->page_of_slice[last - 1] == &segment->pages[head]) return;
+  mark_absorbed(&segment->pages[last]);
+  set_slice(segment, last, &segment->pages[last]);
+}
+
 // Fresh fields of a descriptor becoming the head of a span in use (it may
 // hold anything a former span left in it).
 void init_used_span(Segment* segment, Page* span, size_t first, size_t slices, PageKind kind) {
@@ -260,6 +271,9 @@ void SpanAllocator::insert_coalesced_locked(Segment* segment, size_t first, size
     if (after != nullptr && after->kind() == PageKind::kFree && segment->slice_index(after) == end) {
       remove_free(after);
       absorb_age(after, end);
+      // Our last slice becomes an inner one too: a purged span that comes
+      // back is free already, its inner entries may point past its head.
+      demote_last_slice(segment, first, end - 1);
       count += after->slice_count;
     }
   }
@@ -269,12 +283,7 @@ void SpanAllocator::insert_coalesced_locked(Segment* segment, size_t first, size
       remove_free(before);
       size_t before_first = segment->slice_index(before);
       absorb_age(before, before_first);
-      // Its last slice becomes an inner one: no entry but the last may
-      // point back to a free span's head (the slice map, span_allocator.h).
-      if (before_first != first - 1) {
-        mark_absorbed(&segment->pages[first - 1]);
-        set_slice(segment, first - 1, &segment->pages[first - 1]);
-      }
+      demote_last_slice(segment, before_first, first - 1);
       count += first - before_first;
       first = before_first;
     }
@@ -745,6 +754,7 @@ void SpanAllocator::check_invariants() {
           XALLOC_CHECK(entry >= span);
           XALLOC_CHECK(entry <= &segment->pages[j]);
           XALLOC_CHECK(entry == span || entry->kind() == PageKind::kFree);
+          if (j > i && j + 1 < i + span->slice_count) XALLOC_CHECK(entry >= segment->page_of_slice[j - 1]);
         }
       }
       if (!free) used += span->slice_count;

@@ -30,17 +30,19 @@
 // release and split cost a store per slice of the surrounding free space,
 // hundreds for one 64 KiB slab. Its other slices keep older entries, and
 // every entry inside a free span [f, g), at slice i, points to a descriptor
-// pages[x] with f <= x <= i whose kind is kFree. It holds because a new
-// segment maps each slice to its own descriptor (zero, so free); entries
-// only ever point at or before their slice; a descriptor absorbed into a
-// free span is marked free; a span in use is mapped in full; the last
-// slice's entry, the only one written to point back to its head from
+// pages[x] with f <= x <= i whose kind is kFree; and but for the last
+// slice's, the entries never decrease along the span. It holds because a
+// new segment maps each slice to its own descriptor (zero, so free);
+// entries only ever point at or before their slice; a descriptor absorbed
+// into a free span is marked free; a span in use is mapped in full; the
+// last slice's entry, the only one written to point back to its head from
 // afar, is pointed at its own descriptor when a merge makes it an inner
-// slice; and when a span is taken from the front of a free span, the
-// entries of the rest that point into the taken part - a prefix of the
-// rest, given the above - are pointed at the rest's head. So a lookup of
-// free memory always finds a free descriptor, which free() reports, and
-// never one that heads a span in use.
+// slice out of order (merges on either side: a purged span coming back
+// merges with the span after it too); and when a span is taken from the
+// front of a free span, the entries of the rest that point into the taken
+// part - a prefix of the rest, as they never decrease - are pointed at the
+// rest's head. So a lookup of free memory always finds a free descriptor,
+// which free() reports, and never one that heads a span in use.
 #pragma once
 
 #include <cstddef>
@@ -104,6 +106,9 @@ class alignas(64) SpanAllocator {
   void check_invariants();
 
  private:
+  // Steps through a purge one stage at a time (tests/core/span_allocator_test.cpp).
+  friend struct SpanAllocatorTestPeer;
+
   static constexpr size_t kBins = 32;
   static size_t bin_of(size_t slices);
 
