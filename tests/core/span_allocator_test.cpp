@@ -108,8 +108,11 @@ class SpanModel {
   }
 
   void step(unsigned depth = 0) {
+    // Takes outnumber frees until the model holds about a hundred spans
+    // (a few segments), then frees do.
+    size_t takes = live_.size() < 100 ? 35 : 20;
     size_t r = rng_.below(100);
-    if (r < 30 || live_.empty()) take_one();
+    if (r < takes || live_.empty()) take_one();
     else if (r < 55) release_one();
     else if (r < 65) grow_one();
     else if (r < 75) shrink_one();
@@ -233,7 +236,7 @@ class SpanModel {
 };
 
 TEST(SpanAllocator, SliceMapHoldsThroughRandomTakesFreesAndNestedPurges) {
-  const size_t kSteps = xtest::scaled(10000, 2);
+  const size_t kSteps = xtest::scaled(20000, 2);
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     SpanModel model(seed);
     for (size_t i = 0; i < kSteps; ++i) {
