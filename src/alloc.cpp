@@ -304,9 +304,36 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   }
 }
 
+namespace {
+
+// The huge segment of which `address` lies in a later granule (a rare
+// lookup: an interior pointer past a huge block's first 32 MiB).
+Segment* huge_segment_of_tail(uintptr_t address) {
+  uintptr_t granule = address & ~(kSegmentSize - 1);
+  while (segment_map_entry(granule) == kMapHugeTail) granule -= kSegmentSize;
+  return segment_of(granule);
+}
+
+// An interior pointer has the bytes up to its block's usable end; one past
+// that end (in a secure block's canary, in the slack after a large or huge
+// block, in a freed block whose span its heap keeps) has none.
+size_t bytes_up_to(uintptr_t address, uintptr_t usable_end) {
+  return address < usable_end ? usable_end - address : 0;
+}
+
+size_t huge_usable_from(const Segment* segment, uintptr_t address) {
+  const Page* block = segment->page_of_slice[0];
+  if (block->kind() != PageKind::kHuge) return 0;  // a cached mapping: its block was freed
+  return bytes_up_to(address, block->start + segment->huge_usable);
+}
+
+}  // namespace
+
 size_t usable_size(const void* ptr, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
-  if (segment_map_entry(address) != kMapSegmentHead) {
+  uint8_t entry = segment_map_entry(address);
+  if (entry == kMapHugeTail) return huge_usable_from(huge_segment_of_tail(address), address);
+  if (entry != kMapSegmentHead) {
     if (ptr == nullptr || emergency::owns(ptr)) return 0;
     if (g_options.abort_on_invalid_free)
       report_misuse("malloc_usable_size of a pointer not allocated by xalloc", ptr, 0, caller);
@@ -316,13 +343,13 @@ size_t usable_size(const void* ptr, Caller caller) {
   Page* page = page_of(segment, address);
   switch (page->kind()) {
     case PageKind::kSlab: {
-      size_t offset = (address - page->start) % page->block_size();
-      return page->block_size() - secure::kCanaryBytes - offset;
+      uintptr_t block = address - (address - page->start) % page->block_size();
+      return bytes_up_to(address, block + page->block_size() - secure::kCanaryBytes);
     }
     case PageKind::kLarge:
-      return page->start + page->large_usable - address;
+      return bytes_up_to(address, page->start + page->large_usable);
     case PageKind::kHuge:
-      return page->start + segment->huge_usable - address;
+      return huge_usable_from(segment, address);
     default:
       return 0;
   }
@@ -331,7 +358,7 @@ size_t usable_size(const void* ptr, Caller caller) {
 bool owns(const void* ptr) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   uint8_t entry = segment_map_entry(address);
-  if (entry == kMapHugeTail) return true;
+  if (entry == kMapHugeTail) return huge_segment_of_tail(address)->page_of_slice[0]->kind() == PageKind::kHuge;
   if (entry != kMapSegmentHead) return false;
   PageKind kind = page_of(segment_of(address), address)->kind();
   return kind == PageKind::kSlab || kind == PageKind::kLarge || kind == PageKind::kHuge;

@@ -52,7 +52,9 @@ XALLOC_API void* xalloc_memalign(size_t alignment, size_t size) XALLOC_NOEXCEPT 
 XALLOC_API void* xalloc_valloc(size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
 XALLOC_API void* xalloc_pvalloc(size_t size) XALLOC_NOEXCEPT XALLOC_MALLOC_ATTR;
 
-/* The number of bytes the block can really hold (>= the requested size). 0 for NULL. */
+/* The number of bytes the block can really hold (>= the requested size). 0 for NULL.
+ * For a pointer inside a live block, the bytes from it to the block's usable
+ * end; 0 past that end and in free memory. */
 XALLOC_API size_t xalloc_usable_size(const void* ptr) XALLOC_NOEXCEPT;
 
 /* 1 if ptr points into memory that xalloc manages (the start of a live

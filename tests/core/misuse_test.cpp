@@ -118,6 +118,40 @@ TEST(Misuse, PointerIntoANeverUsedSliceIsReported) {
   xalloc_free(p);
 }
 
+// malloc_usable_size of an interior pointer counts the bytes up to the
+// block's usable end, and of a pointer past that end none: not a size
+// wrapped around, which a program trusting it would write past the block.
+TEST(Misuse, UsableSizePastABlocksUsableEndIsZero) {
+  constexpr size_t kLarge = 70000;  // 73,728 usable bytes in a span of two 64 KiB slices
+  auto* large = static_cast<char*>(xalloc_malloc(kLarge));
+  ASSERT_NE(large, nullptr);
+  size_t usable = xalloc_usable_size(large);
+  ASSERT_LT(usable, size_t{128} << 10);
+  EXPECT_EQ(xalloc_usable_size(large + 1000), usable - 1000);
+  EXPECT_EQ(xalloc_usable_size(large + usable), 0u);
+  EXPECT_EQ(xalloc_usable_size(large + usable + 4096), 0u);
+  xalloc_free(large);
+  // Freed, its span kept by this thread's heap for the next large block.
+  EXPECT_EQ(xalloc_usable_size(large + 1000), 0u);
+
+  constexpr size_t kHuge = size_t{40} << 20;
+  auto* huge = static_cast<char*>(xalloc_malloc(kHuge));
+  ASSERT_NE(huge, nullptr);
+  size_t huge_usable = xalloc_usable_size(huge);
+  // (Past its first 32 MiB, a huge block's granules are found from its first.)
+  EXPECT_EQ(xalloc_usable_size(huge + huge_usable - 1), 1u);
+  EXPECT_EQ(xalloc_usable_size(huge + huge_usable + 4096), 0u);
+  EXPECT_TRUE(xalloc_owns(huge + (size_t{33} << 20)));
+  xalloc_free(huge);
+  EXPECT_FALSE(xalloc_owns(huge + (size_t{33} << 20)));
+
+  auto* small = static_cast<char*>(xalloc_malloc(100));
+  ASSERT_NE(small, nullptr);
+  size_t small_usable = xalloc_usable_size(small);
+  EXPECT_EQ(xalloc_usable_size(small + 10), small_usable - 10);
+  xalloc_free(small);
+}
+
 // A double free of a block whose slab was emptied, given back (purged) and
 // made again for the same class before carving reached the block: nothing
 // in the block says "free" any more, but no block was handed out there.
