@@ -307,11 +307,18 @@ void* realloc(void* ptr, size_t size, Caller caller) {
 namespace {
 
 // The huge segment of which `address` lies in a later granule (a rare
-// lookup: an interior pointer past a huge block's first 32 MiB).
-Segment* huge_segment_of_tail(uintptr_t address) {
+// lookup: an interior pointer past a huge block's first 32 MiB); null if
+// the mapping went meanwhile (a free racing the lookup).
+const Segment* huge_segment_of_tail(uintptr_t address) {
   uintptr_t granule = address & ~(kSegmentSize - 1);
   while (segment_map_entry(granule) == kMapHugeTail) granule -= kSegmentSize;
-  return segment_of(granule);
+  return segment_map_entry(granule) == kMapSegmentHead ? segment_of(granule) : nullptr;
+}
+
+// Not a cached mapping, whose block was freed. (Every slice of a huge
+// segment maps to its block's descriptor.)
+bool holds_live_huge_block(const Segment* segment) {
+  return segment != nullptr && segment->page_of_slice[0]->kind() == PageKind::kHuge;
 }
 
 // An interior pointer has the bytes up to its block's usable end; one past
@@ -322,9 +329,8 @@ size_t bytes_up_to(uintptr_t address, uintptr_t usable_end) {
 }
 
 size_t huge_usable_from(const Segment* segment, uintptr_t address) {
-  const Page* block = segment->page_of_slice[0];
-  if (block->kind() != PageKind::kHuge) return 0;  // a cached mapping: its block was freed
-  return bytes_up_to(address, block->start + segment->huge_usable);
+  if (!holds_live_huge_block(segment)) return 0;
+  return bytes_up_to(address, segment->page_of_slice[0]->start + segment->huge_usable);
 }
 
 }  // namespace
@@ -358,7 +364,7 @@ size_t usable_size(const void* ptr, Caller caller) {
 bool owns(const void* ptr) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   uint8_t entry = segment_map_entry(address);
-  if (entry == kMapHugeTail) return huge_segment_of_tail(address)->page_of_slice[0]->kind() == PageKind::kHuge;
+  if (entry == kMapHugeTail) return holds_live_huge_block(huge_segment_of_tail(address));
   if (entry != kMapSegmentHead) return false;
   PageKind kind = page_of(segment_of(address), address)->kind();
   return kind == PageKind::kSlab || kind == PageKind::kLarge || kind == PageKind::kHuge;
