@@ -27,6 +27,21 @@ void* fail_enomem() {
   return nullptr;
 }
 
+// The huge segment of which `address` lies in a later granule (a rare
+// lookup: an interior pointer past a huge block's first 32 MiB); null if
+// the mapping went meanwhile (a free racing the lookup).
+const Segment* huge_segment_of_tail(uintptr_t address) {
+  uintptr_t granule = address & ~(kSegmentSize - 1);
+  while (segment_map_entry(granule) == kMapHugeTail) granule -= kSegmentSize;
+  return segment_map_entry(granule) == kMapSegmentHead ? segment_of(granule) : nullptr;
+}
+
+// Not a cached mapping, whose block was freed. (Every slice of a huge
+// segment maps to its block's descriptor.)
+bool holds_live_huge_block(const Segment* segment) {
+  return segment != nullptr && segment->page_of_slice[0]->kind() == PageKind::kHuge;
+}
+
 XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
   Page* page = heap->current[cls];
   FreeBlock* block = page->free;
@@ -36,8 +51,14 @@ XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
 
 void free_foreign(void* ptr, Caller caller) {
   if (emergency::owns(ptr)) return;
-  if (segment_map_entry(reinterpret_cast<uintptr_t>(ptr)) == kMapHugeTail)
-    report_misuse("invalid free (not the start of a block)", ptr, 0, caller);
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (segment_map_entry(address) == kMapHugeTail) {
+    if (const Segment* segment = huge_segment_of_tail(address)) {
+      if (holds_live_huge_block(segment))
+        report_span_misuse("invalid free (not the start of a block)", ptr, "huge block", segment->huge_usable, caller);
+      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
+    }
+  }
   if (g_options.abort_on_invalid_free)
     report_misuse("invalid free (pointer not allocated by xalloc)", ptr, 0, caller);
 }
@@ -305,21 +326,6 @@ void* realloc(void* ptr, size_t size, Caller caller) {
 }
 
 namespace {
-
-// The huge segment of which `address` lies in a later granule (a rare
-// lookup: an interior pointer past a huge block's first 32 MiB); null if
-// the mapping went meanwhile (a free racing the lookup).
-const Segment* huge_segment_of_tail(uintptr_t address) {
-  uintptr_t granule = address & ~(kSegmentSize - 1);
-  while (segment_map_entry(granule) == kMapHugeTail) granule -= kSegmentSize;
-  return segment_map_entry(granule) == kMapSegmentHead ? segment_of(granule) : nullptr;
-}
-
-// Not a cached mapping, whose block was freed. (Every slice of a huge
-// segment maps to its block's descriptor.)
-bool holds_live_huge_block(const Segment* segment) {
-  return segment != nullptr && segment->page_of_slice[0]->kind() == PageKind::kHuge;
-}
 
 // An interior pointer has the bytes up to its block's usable end; one past
 // that end (in a secure block's canary, in the slack after a large or huge
