@@ -171,10 +171,7 @@ class SpanModel {
   }
 
   void take_one() {
-    bool is_zero = false;
-    Page* span = spans_.allocate(random_length(), PageKind::kLarge, &is_zero);
-    ASSERT_NE(span, nullptr);
-    live_.push_back(span);
+    if (Page* span = take(spans_, random_length())) live_.push_back(span);
   }
 
   void release_one() {
