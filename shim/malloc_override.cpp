@@ -11,11 +11,11 @@
 #include <cerrno>
 #include <cstring>
 
-#include "alloc.h"
-#include "entry_points.h"
-#include "report.h"
-#include "stats.h"
-#include "../include/xalloc/xalloc.h"
+#include "frontend/alloc.h"
+#include "api/entry_points.h"
+#include "support/report.h"
+#include "support/counters.h"
+#include "xalloc/xalloc.h"
 
 using namespace xalloc;
 

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <new>
 
-#include "alloc.h"
-#include "report.h"
+#include "frontend/alloc.h"
+#include "support/report.h"
 
 namespace std {
 new_handler get_new_handler() noexcept __attribute__((weak));

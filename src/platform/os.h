@@ -103,11 +103,38 @@ uint64_t monotonic_ns();
 // (getrandom, falling back to AT_RANDOM mixed with the clock).
 void random_fill(uint64_t* values, size_t count);
 
-// Looks an environment variable up without allocating; nullptr if unset.
-const char* get_env(const char* name);
 
 // Writes all of buf to standard error.
 void write_stderr(const char* buf, size_t len);
+
+// Files, through raw system calls: -1 (or false) on failure.
+int open_read(const char* path);
+int open_write_new(const char* path);  // created or truncated, mode 0644
+long read(int fd, void* buf, size_t len);
+bool write_all(int fd, const char* buf, size_t len);
+void close(int fd);
+// The whole of a file mapped read-only (null if it cannot be); *size gets
+// its length.
+const void* map_file(const char* path, size_t* size);
+// The path of the running executable, NUL-terminated; false if unknown.
+bool executable_path(char* buf, size_t size);
+// Bytes of the process resident in memory (/proc/self/statm); 0 if unknown.
+uint64_t resident_bytes();
+
+// Spins politely while another thread finishes a short step.
+inline void cpu_relax() { __builtin_ia32_pause(); }
+void sleep_ms(uint64_t ms);
+// A detached thread named `name`, with a small stack and every signal
+// blocked (it must not take the program's signals). False if none.
+bool start_thread(void* (*main)(void*), const char* name);
+// A per-thread slot whose destructor runs at thread exit with the value
+// last set (pthread keys). False when none is left.
+bool thread_exit_key_create(void (*destructor)(void*));
+void thread_exit_key_set(void* value);
+// Handlers run around fork() (pthread_atfork).
+void at_fork(void (*prepare)(), void (*parent)(), void (*child)());
+// Runs handler(sig) on signal `sig` (SA_RESTART).
+void on_signal(int sig, void (*handler)(int));
 
 [[noreturn]] void abort_process();
 

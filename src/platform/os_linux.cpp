@@ -1,7 +1,7 @@
 // Linux implementation of the platform layer (see os.h).
 #include "platform/os.h"
 
-#include "config.h"
+#include "base/config.h"
 
 #include <linux/futex.h>
 #include <linux/membarrier.h>
@@ -9,6 +9,7 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -16,8 +17,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-
-extern char** environ;
 
 namespace xalloc::os {
 namespace {
@@ -273,15 +272,6 @@ void random_fill(uint64_t* values, size_t count) {
   }
 }
 
-const char* get_env(const char* name) {
-  if (environ == nullptr) return nullptr;
-  size_t len = strlen(name);
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
-  }
-  return nullptr;
-}
-
 void write_stderr(const char* buf, size_t len) {
   while (len > 0) {
     long n = raw_syscall(SYS_write, 2, reinterpret_cast<long>(buf), static_cast<long>(len));
@@ -308,6 +298,76 @@ void abort_process() {
   raw_syscall(SYS_tgkill, raw_syscall(SYS_getpid), raw_syscall(SYS_gettid), SIGABRT);
   raw_syscall(SYS_exit_group, 134);
   __builtin_unreachable();
+}
+
+int open_read(const char* path) {
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  return failed(fd) ? -1 : static_cast<int>(fd);
+}
+
+int open_write_new(const char* path) {
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                        0644);
+  return failed(fd) ? -1 : static_cast<int>(fd);
+}
+
+long read(int fd, void* buf, size_t len) {
+  for (;;) {
+    long n = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), static_cast<long>(len));
+    if (n == -EINTR) continue;
+    return failed(n) ? -1 : n;
+  }
+}
+
+bool write_all(int fd, const char* buf, size_t len) {
+  while (len > 0) {
+    long n = raw_syscall(SYS_write, fd, reinterpret_cast<long>(buf), static_cast<long>(len));
+    if (n == -EINTR) continue;
+    if (failed(n) || n == 0) return false;
+    buf += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void close(int fd) { raw_syscall(SYS_close, fd); }
+
+const void* map_file(const char* path, size_t* size) {
+  int fd = open_read(path);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  long ok = raw_syscall(SYS_fstat, fd, reinterpret_cast<long>(&st));
+  long addr = failed(ok) || st.st_size <= 0
+                  ? -EINVAL
+                  : raw_syscall(SYS_mmap, 0, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (failed(addr)) return nullptr;
+  *size = static_cast<size_t>(st.st_size);
+  return reinterpret_cast<const void*>(addr);
+}
+
+bool executable_path(char* buf, size_t size) {
+  long n = raw_syscall(SYS_readlink, reinterpret_cast<long>("/proc/self/exe"), reinterpret_cast<long>(buf),
+                       static_cast<long>(size - 1));
+  if (failed(n) || n == 0) return false;
+  buf[n] = '\0';
+  return true;
+}
+
+uint64_t resident_bytes() {
+  // The second field of /proc/self/statm, in pages.
+  int fd = open_read("/proc/self/statm");
+  if (fd < 0) return 0;
+  char buf[128];
+  long n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = buf;
+  while (*p != '\0' && *p != ' ') ++p;
+  uint64_t pages = 0;
+  for (++p; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + static_cast<uint64_t>(*p - '0');
+  return pages * kOsPageSize;
 }
 
 }  // namespace xalloc::os

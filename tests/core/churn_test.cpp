@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "test_util.h"
-#include "thread_registry.h"
+#include "frontend/thread_registry.h"
 #include "xalloc/xalloc.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "frame_walker.h"
+#include "diag/frame_walker.h"
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 

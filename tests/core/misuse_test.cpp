@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "segment.h"
+#include "backend/segment.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "options.h"
+#include "support/options.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 

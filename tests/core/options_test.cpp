@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "platform/os.h"
-#include "size_classes.h"
-#include "slab_pool.h"
+#include "meta/size_classes.h"
+#include "backend/slab_pool.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "size_classes.h"
+#include "meta/size_classes.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 

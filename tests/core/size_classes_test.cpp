@@ -5,8 +5,8 @@
 #include <bit>
 #include <vector>
 
-#include "config.h"
-#include "size_classes.h"
+#include "base/config.h"
+#include "meta/size_classes.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "page.h"
-#include "segment.h"
-#include "span_allocator.h"
+#include "meta/page.h"
+#include "backend/segment.h"
+#include "backend/span_allocator.h"
 #include "test_util.h"
 
 namespace xalloc {

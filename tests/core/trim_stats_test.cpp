@@ -8,14 +8,14 @@
 #include <thread>
 #include <vector>
 
-#include "heap.h"
+#include "frontend/heap.h"
 #include "platform/os.h"
-#include "segment.h"
-#include "slab.h"
-#include "slab_pool.h"
-#include "span_allocator.h"
+#include "backend/segment.h"
+#include "meta/slab.h"
+#include "backend/slab_pool.h"
+#include "backend/span_allocator.h"
 #include "test_util.h"
-#include "thread_registry.h"
+#include "frontend/thread_registry.h"
 #include "xalloc/xalloc.h"
 
 namespace {

@@ -1,0 +1,121 @@
+// The public statistics: xalloc_get_stats, xalloc_stats_print, and the
+// report at exit (XALLOC_STATS=1).
+#include "xalloc/xalloc.h"
+
+#include "backend/slab_pool.h"
+#include "backend/span_allocator.h"
+#include "diag/heap_profiler.h"
+#include "frontend/heap.h"
+#include "frontend/thread_registry.h"
+#include "meta/size_classes.h"
+#include "platform/os.h"
+#include "support/counters.h"
+#include "support/options.h"
+#include "support/report.h"
+
+using xalloc::stats::g_global;
+
+namespace xalloc {
+namespace {
+
+// Per size class, from the slabs' own counts (walks every segment).
+struct ClassUsage {
+  size_t slabs[64];
+  size_t live_blocks[64];
+};
+
+ClassUsage class_usage() {
+  ClassUsage usage{};
+  [[maybe_unused]] OwnerFieldReads estimate;
+  g_spans.for_each_used_span([&](Page* span) {
+    if (span->kind() != PageKind::kSlab) return;
+    unsigned cls = span->size_class;
+    usage.slabs[cls] += 1;
+    usage.live_blocks[cls] += slab_blocks_in_use(span);
+  });
+  return usage;
+}
+
+size_t slab_live_bytes() {
+  ClassUsage usage = class_usage();
+  size_t bytes = 0;
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) bytes += usage.live_blocks[cls] * kClassInfo[cls].size;
+  return bytes;
+}
+
+}  // namespace
+}  // namespace xalloc
+
+extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
+  if (out == nullptr) return;
+  xalloc::ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
+  out->mapped = g_global.mapped.load(std::memory_order_relaxed);
+  out->committed = g_global.committed.load(std::memory_order_relaxed);
+  // Heaps keep the spans of some freed large blocks still counted (heap.h).
+  size_t kept = 0;
+  xalloc::for_each_heap([&](xalloc::Heap* h) { kept += h->kept_counted.load(std::memory_order_relaxed); });
+  out->large_in_use = g_global.large_in_use.load(std::memory_order_relaxed) - kept;
+  out->in_use = out->large_in_use + xalloc::slab_live_bytes();
+  out->purged = g_global.purged.load(std::memory_order_relaxed);
+  out->segments = g_global.segments.load(std::memory_order_relaxed);
+  out->threads = g_global.heaps.load(std::memory_order_relaxed);
+  size_t remote = 0;
+  xalloc::for_each_heap([&](xalloc::Heap* h) { remote += h->remote_frees_sent.load(std::memory_order_relaxed); });
+  out->remote_frees = remote;
+  out->pooled = xalloc::slab_pool::bytes();
+}
+
+extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
+  using namespace xalloc;
+  ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
+  ClassUsage usage = class_usage();
+  uint64_t requests[kNumClasses + 2] = {};
+  for_each_heap([&](Heap* h) {
+    for (unsigned c = 0; c < kNumClasses + 2; ++c) requests[c] += __atomic_load_n(&h->requests[c], __ATOMIC_RELAXED);
+  });
+  bool counted = prof::counting();
+  report::message("stats: %8s %12s %7s %12s %12s %10s", "class", "requests", "slabs", "live blocks", "live KiB",
+                  "peak slabs");
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    if (usage.slabs[cls] == 0 && requests[cls] == 0 && g_global.peak_slabs[cls].load(std::memory_order_relaxed) == 0)
+      continue;
+    const char* na = "-";
+    if (counted) {
+      report::message("stats: %8u %12u %7u %12u %12u %10u", kClassInfo[cls].size, requests[cls], usage.slabs[cls],
+                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
+                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
+    } else {
+      report::message("stats: %8u %12s %7u %12u %12u %10u", kClassInfo[cls].size, na, usage.slabs[cls],
+                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
+                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
+    }
+  }
+  if (counted) {
+    report::message("stats: %8s %12u", "large", requests[kNumClasses]);
+    report::message("stats: %8s %12u", "huge", requests[kNumClasses + 1]);
+  } else {
+    report::message("stats: (request counts need XALLOC_STATS=1 from the start)");
+  }
+  xalloc_stats_t s;
+  xalloc_get_stats(&s);
+  uint64_t resident = os::resident_bytes();
+  report::message("stats: mapped %u KiB%s, committed %u KiB, resident %u KiB, in use %u KiB (large and huge %u KiB)",
+                  s.mapped >> 10, g_options.commit_on_demand ? " (committed on demand)" : "", s.committed >> 10,
+                  resident >> 10, s.in_use >> 10, s.large_in_use >> 10);
+  report::message("stats: peak in use (slab granularity) %u KiB, purged %u KiB in all, pooled empty slabs %u KiB",
+                  g_global.peak_in_use.load(std::memory_order_relaxed) >> 10, s.purged >> 10, s.pooled >> 10);
+  report::message("stats: dirty budget %u KiB (x%u: purged memory is %s)", dirty_budget_bytes() >> 10,
+                  1u << dirty_budget_boost(), dirty_budget_boost() != 0 ? "being taken back soon" : "not reused soon");
+  report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
+}
+
+// XALLOC_STATS=1: print at exit. A destructor function needs no atexit
+// registration (which may allocate).
+__attribute__((destructor)) static void print_stats_at_exit() {
+  if (xalloc::g_options.stats) xalloc_stats_print();
+  xalloc::prof::at_exit();
+}
+
+extern "C" XALLOC_API int xalloc_prof_dump(const char* prefix) noexcept {
+  return xalloc::prof::dump(prefix) ? 1 : 0;
+}

@@ -1,0 +1,783 @@
+#include "backend/span_allocator.h"
+
+#include <atomic>
+#include <bit>
+
+#include "support/debug.h"
+#include "meta/slab.h"
+#include "support/hooks.h"
+#include "support/options.h"
+#include "platform/os.h"
+#include "support/counters.h"
+
+namespace xalloc {
+
+SpanAllocator g_spans;
+
+namespace {
+
+// The dirty budget's boost (a shift), set under the span allocator's lock
+// by review_budget_locked, read anywhere.
+XALLOC_STARTUP_DATA std::atomic<unsigned> g_budget_boost{0};
+constexpr unsigned kMaxBudgetBoost = 4;
+// Review periods (a tenth of the delay each) of calm before the boost
+// steps down: a whole delay.
+constexpr unsigned kCalmPeriodsPerStep = 10;
+
+}  // namespace
+
+size_t dirty_budget_bytes() {
+  constexpr size_t kMinimum = size_t{4} << 20;
+  size_t share = stats::in_use_bytes() / 100 * g_options.dirty_percent;
+  return (share > kMinimum ? share : kMinimum) << g_budget_boost.load(std::memory_order_relaxed);
+}
+
+unsigned dirty_budget_boost() { return g_budget_boost.load(std::memory_order_relaxed); }
+
+namespace {
+// How far a burst of frees may go beyond the budget before it is given
+// back at once (burst_threshold_bytes); and how far memory in use may fall
+// from its recent peak, in how many spans freed with none taken in
+// between, before the boost is over (SpanAllocator::release).
+constexpr size_t kBurstSlack = size_t{16} << 20;
+constexpr size_t kShrinkingSpans = 16;
+// While shrinking, free memory beyond the allowance is purged in batches
+// of about this much: one system call per span freed would cost free-1g's
+// frees a third more time; in batches, coalesced spans go back together.
+constexpr size_t kShrinkingSlack = size_t{4} << 20;
+}  // namespace
+
+size_t burst_threshold_bytes(size_t budget) {
+  return budget * 2 > budget + kBurstSlack ? budget * 2 : budget + kBurstSlack;
+}
+
+namespace {
+
+inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpret_cast<uintptr_t>(page)); }
+
+void purge_pages(const Page* span) { release_pages(span->start, span->span_bytes()); }
+
+// Every free reads the slice map, and eight entries share a cache line:
+// the slabs of other threads sit in the slices next to a span being taken
+// or given back. An entry is written only when it changes - a span freed
+// and taken again keeps its head, and so its entries - so that a thread
+// taking and freeing a large block over and over does not take the line
+// from the threads freeing into the neighbouring slabs at every call
+// (48-byte pairs beside a thread churning 256 KiB blocks: 6.3 ns, 3.9 ns
+// alone).
+void set_slice(Segment* segment, size_t index, Page* page) {
+  if (segment->page_of_slice[index] != page) segment->page_of_slice[index] = page;
+}
+
+void map_slices(Segment* segment, size_t first, size_t count, Page* page) {
+  for (size_t i = first; i < first + count; ++i) set_slice(segment, i, page);
+}
+
+// A descriptor that stops heading a span of its own: lookups that still
+// reach it see free memory.
+void mark_absorbed(Page* page) {
+  page->set_kind(PageKind::kFree);
+  page->owner = nullptr;
+}
+
+// Slice `last` ends the span headed at `head` and becomes an inner slice of
+// a merged free span. Its entry points back to the head, which may break
+// the slice map's order (span_allocator.h) unless the entry before it
+// points there too (a span that was in use maps every slice to its head,
+// and stays in order): then it points at its own descriptor instead.
+void demote_last_slice(Segment* segment, size_t head, size_t last) {
+  if (last == head || segment->page_of_slice[last - 1] == &segment->pages[head]) return;
+  mark_absorbed(&segment->pages[last]);
+  set_slice(segment, last, &segment->pages[last]);
+}
+
+// Fresh fields of a descriptor becoming the head of a span in use (it may
+// hold anything a former span left in it).
+void init_used_span(Segment* segment, Page* span, size_t first, size_t slices, PageKind kind) {
+  span->free = nullptr;
+  span->needed = 0;
+  span->owner = nullptr;
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
+  span->start = segment->slice_address(first);
+  span->next = span->prev = nullptr;
+  span->set_state(SlabState::kDetached);
+  span->sampled = 0;
+  span->set_kind(kind);
+  map_slices(segment, first, slices, span);
+}
+
+}  // namespace
+
+// Bins hold free spans by length: exact for 1..8 slices, then four bins per
+// power of two. A span in bin b is at least as long as bin b's minimum.
+size_t SpanAllocator::bin_of(size_t slices) {
+  if (slices <= 8) return slices - 1;
+  unsigned e = static_cast<unsigned>(std::bit_width(slices)) - 1;
+  return 8 + (e - 3) * 4 + ((slices >> (e - 2)) & 3);
+}
+
+void SpanAllocator::insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map) {
+  Page* span = &segment->pages[first];
+  span->set_kind(PageKind::kFree);
+  span->set_state(SlabState::kDetached);
+  span->owner = nullptr;
+  span->free = nullptr;
+  span->needed = 0;
+  span->slice_count = static_cast<uint16_t>(count) & 0xfff;
+  span->start = segment->slice_address(first);
+  span->freed_at = freed_at;
+  set_slice(segment, first, span);
+  set_slice(segment, first + count - 1, span);
+  if (map == Map::kRest) {
+    // The rest of a free span whose front was taken: its entries that point
+    // before it (into the span now in use) form a prefix; they become ours.
+    for (size_t i = first + 1; i < first + count && segment->page_of_slice[i] < span; ++i)
+      segment->page_of_slice[i] = span;
+  }
+
+  size_t bin = bin_of(count);
+  span->prev = nullptr;
+  span->next = bins_[bin];
+  if (span->next != nullptr) span->next->prev = span;
+  bins_[bin] = span;
+  nonempty_bins_ |= 1u << bin;
+  if (count == kPayloadSlices) ++free_segments_;
+}
+
+void SpanAllocator::remove_free(Page* span) {
+  size_t bin = bin_of(span->slice_count);
+  if (span->prev != nullptr) {
+    span->prev->next = span->next;
+  } else {
+    bins_[bin] = span->next;
+    if (bins_[bin] == nullptr) nonempty_bins_ &= ~(1u << bin);
+  }
+  if (span->next != nullptr) span->next->prev = span->prev;
+  span->next = span->prev = nullptr;
+  if (span->slice_count == kPayloadSlices) --free_segments_;
+}
+
+Page* SpanAllocator::take_fitting(size_t slices) {
+  size_t bin = bin_of(slices);
+  // The span's own bin may hold shorter spans: first fit within it.
+  for (Page* span = bins_[bin]; span != nullptr; span = span->next) {
+    if (span->slice_count >= slices) return span;
+  }
+  uint32_t higher = nonempty_bins_ & ~((2u << bin) - 1);
+  if (higher == 0) return nullptr;
+  // From the larger bins, the shortest span unless a longer one's front is
+  // still resident: taking that faults nothing in, and free memory held
+  // for reuse (dirty_allowance_bytes_locked) is reused before fresh memory
+  // is touched. (Only each bin's head is looked at: the most recently
+  // freed of its spans.)
+  for (uint32_t rest = higher; rest != 0; rest &= rest - 1) {
+    Page* head = bins_[std::countr_zero(rest)];
+    Segment* segment = segment_of_page(head);
+    if (segment_dirty_count(segment, segment->slice_index(head), slices) == slices) return head;
+  }
+  return bins_[std::countr_zero(higher)];
+}
+
+Segment* SpanAllocator::add_segment_locked(Segment* segment) {
+  segment->prev = nullptr;
+  segment->next = segments_;
+  if (segments_ != nullptr) segments_->prev = segment;
+  segments_ = segment;
+  // Each slice of the new segment maps to its own descriptor, which the
+  // fresh mapping holds as zero, i.e. free: the slice map's invariant holds
+  // with only the ends pointing at the head, and taking slabs one by one
+  // off the front rewrites no entry of the rest (with every entry pointing
+  // at the head, each split rewrote all of them: some 60,000 instructions
+  // for the first 30 slabs of a short-lived process).
+  for (size_t i = kHeaderSlices + 1; i < kSlicesPerSegment - 1; ++i) segment->page_of_slice[i] = &segment->pages[i];
+  insert_free(segment, kHeaderSlices, kPayloadSlices, 0, Map::kEnds);
+  return segment;
+}
+
+Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero) {
+  Page* free_span = take_fitting(slices);
+  if (free_span == nullptr) return nullptr;
+  Segment* segment = segment_of_page(free_span);
+  size_t first = segment->slice_index(free_span);
+  size_t total = free_span->slice_count;
+  if (!segment_commit(segment, first, slices, first + total)) return nullptr;
+  remove_free(free_span);
+  note_take_locked(slices);
+  // Taken from the front, so that a large block can later grow in place.
+  if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
+
+  *is_zero = segment_range_is_clean(segment, first, slices);
+  size_t clean = segment_mark_dirty(segment, first, slices);
+  note_reuse_locked(segment, first, slices, clean);
+  dirty_free_slices_ -= slices - clean;
+  segment->used_slices += static_cast<uint32_t>(slices);
+
+  Page* span = &segment->pages[first];
+  init_used_span(segment, span, first, slices, kind);
+  return span;
+}
+
+Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
+  {
+    LockGuard guard(lock_);
+    Page* span = allocate_locked(slices, kind, is_zero);
+    if (span != nullptr) return span;
+  }
+  // Map outside the lock: the system call can take a while.
+  Segment* segment = segment_create();
+  if (segment == nullptr && g_hooks.release_cached_memory != nullptr && g_hooks.release_cached_memory()) {
+    LockGuard guard(lock_);
+    Page* span = allocate_locked(slices, kind, is_zero);  // released memory may fit
+    if (span != nullptr) return span;
+  }
+  if (segment == nullptr) segment = segment_create();
+  if (segment == nullptr) return nullptr;
+  LockGuard guard(lock_);
+  add_segment_locked(segment);
+  return allocate_locked(slices, kind, is_zero);
+}
+
+void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  size_t count = span->slice_count;
+  segment->used_slices -= static_cast<uint32_t>(count);
+  dirty_free_slices_ += count;  // a span in use is dirty throughout
+  if (dirty_free_slices_ > peak_dirty_free_slices_) peak_dirty_free_slices_ = dirty_free_slices_;
+  mark_absorbed(span);  // its slices still map to it
+  insert_coalesced_locked(segment, first, count, now > idle_ms ? now - idle_ms : 0, count);
+}
+
+void SpanAllocator::insert_coalesced_locked(Segment* segment, size_t first, size_t count, uint64_t freed_at,
+                                            size_t resident) {
+  // Coalesce with the free spans on either side. The merged span's age is
+  // that of most of its resident memory: were it always the new span's, a
+  // trickle of small frees next to a large free span would keep that span
+  // from ever being purged. (Neighbours being purged are not free yet:
+  // they merge when they come back.)
+  size_t old_dirty = 0;
+  uint64_t old_freed_at = freed_at;
+  // (A neighbour with nothing resident has no say: a clean stretch of a
+  // segment never used, whose age is its creation's, would otherwise date
+  // memory freed a moment ago next to it as long expired.)
+  auto absorb_age = [&](const Page* neighbour, size_t neighbour_first) {
+    size_t dirty = segment_dirty_count(segment, neighbour_first, neighbour->slice_count);
+    old_dirty += dirty;
+    if (dirty != 0 && neighbour->freed_at < old_freed_at) old_freed_at = neighbour->freed_at;
+  };
+  size_t end = first + count;
+  if (end < kSlicesPerSegment) {
+    Page* after = segment->page_of_slice[end];
+    if (after != nullptr && after->kind() == PageKind::kFree && segment->slice_index(after) == end) {
+      remove_free(after);
+      absorb_age(after, end);
+      // Our last slice becomes an inner one too: a purged span that comes
+      // back is free already, its inner entries may point past its head.
+      demote_last_slice(segment, first, end - 1);
+      count += after->slice_count;
+    }
+  }
+  if (first > 1) {
+    Page* before = segment->page_of_slice[first - 1];
+    if (before != nullptr && before->kind() == PageKind::kFree) {
+      remove_free(before);
+      size_t before_first = segment->slice_index(before);
+      absorb_age(before, before_first);
+      demote_last_slice(segment, before_first, first - 1);
+      count += first - before_first;
+      first = before_first;
+    }
+  }
+  insert_free(segment, first, count, old_dirty > resident ? old_freed_at : freed_at, Map::kEnds);
+}
+
+void SpanAllocator::release(Page* span, uint64_t idle_ms) {
+  PurgeBatch batch;
+  bool more = release_and_choose_purges(span, idle_ms, batch);
+  finish_purge(batch, g_options.retain_segments);
+  // A burst larger than a batch goes back in several.
+  while (more) {
+    {
+      LockGuard guard(lock_);
+      more = choose_excess_purges_locked(dirty_allowance_bytes_locked(os::monotonic_ms()) >> kSliceShift, kAnyAge,
+                                         batch);
+    }
+    finish_purge(batch, g_options.retain_segments);
+  }
+}
+
+bool SpanAllocator::choose_excess_purges_locked(size_t allowance, uint64_t freed_by, PurgeBatch& batch) {
+  for (size_t b = kBins; b-- > 0 && dirty_free_slices_ > allowance && !batch.full();) {
+    for (Page* s = bins_[b]; s != nullptr && dirty_free_slices_ > allowance && !batch.full();) {
+      Page* next_span = s->next;  // (before s leaves the bin)
+      if (s->freed_at <= freed_by) detach_for_purge_locked(s, batch, true);
+      s = next_span;
+    }
+  }
+  return batch.full() && dirty_free_slices_ > allowance;
+}
+
+bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, PurgeBatch& batch) {
+  uint64_t now = os::monotonic_ms();
+  LockGuard guard(lock_);
+  // (The span's bytes left the count of memory in use just before.)
+  size_t in_use = stats::in_use_bytes();
+  note_in_use_locked(in_use + span->span_bytes());
+  ++freed_since_take_spans_;
+  release_locked(span, now, idle_ms);
+  XALLOC_DEBUG_ONLY(check_invariants());
+  // The boost keeps memory for a program that takes back what it frees.
+  // One whose memory in use falls this far, span after span with none
+  // taken, is shrinking - a phase or the whole job is over, and it may
+  // well go idle now, with no call left to run the delayed purge - so the
+  // budget is its own size again and what it frees from now on beyond the
+  // allowance goes back at once, in batches. (A program that churns takes
+  // memory between its frees, or keeps its memory in use level while empty
+  // slabs pass through the slab pool: malloc_large frees one block of up
+  // to 25 MiB before each allocation, realloc_growth one or two of up to 4
+  // MiB.)
+  bool shrinking = false;
+  if (freed_since_take_spans_ >= kShrinkingSpans) {
+    size_t recent_peak = recent_peak_in_use_locked();
+    shrinking = recent_peak > in_use + kBurstSlack && !shrink_is_a_cycle_locked(now, recent_peak);
+  }
+  if (shrinking) end_budget_boost_locked();
+  uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
+  size_t allowance_bytes = dirty_allowance_bytes_locked(now);
+  size_t allowance = allowance_bytes >> kSliceShift;
+  // A burst of frees far beyond the allowance (a phase of the program
+  // ended) is given back at once, largest spans first: no later allocation
+  // may come to trigger the delayed purge.
+  size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
+  size_t hard_cap = cap_bytes >> kSliceShift;
+  bool more = dirty_free_slices_ > hard_cap && choose_excess_purges_locked(allowance, kAnyAge, batch);
+  if (now >= next) {
+    purge_locked(false, now, batch);
+  } else if (dirty_free_slices_ > allowance) {
+    // Over budget: look again as soon as this excess may be purged.
+    uint64_t soon = now + g_options.purge_delay_ms / 10;
+    if (soon < next) __atomic_store_n(&next_purge_ms_, soon, __ATOMIC_RELAXED);
+  }
+  return more;
+}
+
+void SpanAllocator::note_take_locked(size_t slices) {
+  freed_since_take_spans_ = 0;
+  in_shrink_episode_ = false;
+  taken_since_shrink_ += slices << kSliceShift;
+}
+
+// A program that drops its memory and builds it up again within the delay,
+// over and over (a batch of big buffers per request or per item, freed
+// together), is churning, not shrinking: it will take the memory back, and
+// purged, every page of it would be faulted in again at every turn (16
+// blocks of 4 MiB written, freed and taken again: 30 turns took 1.1-1.6 s,
+// against 0.13 s keeping them). The first free that looks like shrinking
+// decides for the whole run of frees up to the next take (an episode): a
+// cycle when, since the decision before, within the delay, the program took
+// back at least half of the peak it then fell from. The first episode is a
+// shrink. A run of frees that comes within the delay of a decision, with
+// less than that taken back since, is the same shrink or cycle resumed:
+// threads that exit one by one while others still work (a pool of workers
+// made anew for every batch) interleave a few takes with their frees, and
+// judged against those few takes alone, every turn of such a cycle was
+// taken for a shrink and purged (mstress: 1.7 GB purged for a peak of 100
+// MiB, a quarter of its time on 16 cores). A cycle keeps its boost and
+// the burst rule (twice the budget and allowance), so memory it holds at
+// the end of its last turn is bounded and goes back at the next call or
+// with the background purger.
+bool SpanAllocator::shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak) {
+  if (in_shrink_episode_) return episode_is_cycle_;
+  in_shrink_episode_ = true;
+  bool within_delay = last_shrink_ms_ != 0 && now_ms < last_shrink_ms_ + g_options.purge_delay_ms;
+  bool took_back = taken_since_shrink_ * 2 >= last_shrink_peak_;
+  if (within_delay && !took_back) return episode_is_cycle_;
+  episode_is_cycle_ = within_delay && took_back;
+  last_shrink_ms_ = now_ms;
+  last_shrink_peak_ = recent_peak;
+  taken_since_shrink_ = 0;
+  return episode_is_cycle_;
+}
+
+bool SpanAllocator::try_grow(Page* span, size_t slices) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  if (first + slices > kSlicesPerSegment) return false;
+  LockGuard guard(lock_);
+  size_t end = first + span->slice_count;
+  Page* after = end < kSlicesPerSegment ? segment->page_of_slice[end] : nullptr;
+  if (after == nullptr || after->kind() != PageKind::kFree || segment->slice_index(after) != end) return false;
+  size_t extra = slices - span->slice_count;
+  if (after->slice_count < extra) return false;
+  if (!segment_commit(segment, end, extra, end + after->slice_count)) return false;
+  remove_free(after);
+  note_take_locked(extra);
+  size_t rest = after->slice_count - extra;
+  uint64_t freed_at = after->freed_at;
+  if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
+  size_t clean = segment_mark_dirty(segment, end, extra);
+  note_reuse_locked(segment, end, extra, clean);
+  dirty_free_slices_ -= extra - clean;
+  segment->used_slices += static_cast<uint32_t>(extra);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
+  map_slices(segment, end, extra, span);
+  return true;
+}
+
+void SpanAllocator::shrink(Page* span, size_t slices) {
+  if (slices >= span->slice_count) return;
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  LockGuard guard(lock_);
+  size_t tail_first = first + slices;
+  size_t tail_count = span->slice_count - slices;
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
+  Page* tail = &segment->pages[tail_first];
+  tail->slice_count = static_cast<uint16_t>(tail_count) & 0xfff;
+  tail->set_kind(PageKind::kLarge);
+  map_slices(segment, tail_first, tail_count, tail);
+  release_locked(tail, os::monotonic_ms());
+}
+
+Page* SpanAllocator::trim_front(Page* span, size_t slices) {
+  Segment* segment = segment_of_page(span);
+  size_t first = segment->slice_index(span);
+  LockGuard guard(lock_);
+  Page* rest = &segment->pages[first + slices];
+  rest->slice_count = static_cast<uint16_t>(span->slice_count - slices) & 0xfff;
+  rest->start = segment->slice_address(first + slices);
+  rest->set_kind(PageKind::kLarge);
+  rest->next = rest->prev = nullptr;
+  map_slices(segment, first + slices, rest->slice_count, rest);
+  span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
+  span->set_kind(PageKind::kLarge);
+  release_locked(span, os::monotonic_ms());
+  return rest;
+}
+
+size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget) {
+  Segment* segment = segment_of_page(span);
+  size_t purged =
+      segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
+  if (purged == 0) return 0;
+  dirty_free_slices_ -= purged >> kSliceShift;
+  if (for_budget) budget_purged_slices_ += purged >> kSliceShift;
+  remove_free(span);
+  span->set_kind(PageKind::kPurging);
+  span->next = purging_;
+  if (purging_ != nullptr) purging_->prev = span;
+  purging_ = span;
+  batch.spans[batch.count++] = span;
+  batch.bytes += purged;
+  return purged;
+}
+
+void SpanAllocator::reinsert_purged_locked(Page* span) {
+  if (span->prev != nullptr) span->prev->next = span->next;
+  else purging_ = span->next;
+  if (span->next != nullptr) span->next->prev = span->prev;
+  span->next = span->prev = nullptr;
+  Segment* segment = segment_of_page(span);
+  mark_absorbed(span);
+  insert_coalesced_locked(segment, segment->slice_index(span), span->slice_count, span->freed_at, 0);
+}
+
+size_t SpanAllocator::finish_purge(PurgeBatch& batch, size_t keep_segments) {
+  if (batch.count == 0) return 0;
+  // Nobody else touches the spans meanwhile: they are in no bin, and their
+  // kind keeps their neighbours from merging with them.
+  for (size_t i = 0; i < batch.count; ++i) purge_pages(batch.spans[i]);
+  LockGuard guard(lock_);
+  for (size_t i = 0; i < batch.count; ++i) reinsert_purged_locked(batch.spans[i]);
+  XALLOC_DEBUG_ONLY(check_invariants());
+  size_t released = batch.bytes + unmap_empty_segments_locked(keep_segments);
+  batch.count = 0;
+  batch.bytes = 0;
+  return released;
+}
+
+void SpanAllocator::reset_after_fork_child() {
+  lock_.reset_after_fork();
+  // The threads that were purging these do not exist here.
+  while (purging_ != nullptr) {
+    purge_pages(purging_);
+    reinsert_purged_locked(purging_);
+  }
+}
+
+// Untouched slices taken while memory purged for the budget in this period
+// waits unused cost the same page faults as taking that memory, and count
+// too, up to what was purged: a program that frees 32 MiB over two
+// segments and allocates it again may be given the untouched rest of one
+// segment before the purged slices of the other (`clean`: slices of the
+// range that were not resident).
+void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean) {
+  size_t reused = segment_take_budget_purged(segment, first, count, budget_epoch_);
+  size_t unclaimed = budget_purged_slices_ > budget_reused_slices_ ? budget_purged_slices_ - budget_reused_slices_ : 0;
+  size_t standing_in = clean < unclaimed ? clean : unclaimed;
+  if (standing_in > reused) reused = standing_in;
+  if (reused == 0) return;
+  budget_reused_slices_ += reused;
+  boost_if_purged_memory_comes_back_locked();
+}
+
+uint32_t SpanAllocator::note_huge_budget_purge(size_t bytes) {
+  LockGuard guard(lock_);
+  budget_purged_slices_ += bytes >> kSliceShift;
+  return budget_epoch_;
+}
+
+// As for spans (segment_take_budget_purged): purged in this review period
+// or the one before.
+void SpanAllocator::note_huge_budget_reuse(uint32_t epoch, size_t bytes) {
+  LockGuard guard(lock_);
+  if (epoch + 1 < budget_epoch_) return;
+  budget_reused_slices_ += bytes >> kSliceShift;
+  boost_if_purged_memory_comes_back_locked();
+}
+
+// Free memory beyond the budget may stay resident for the whole delay when
+// it is what the program freed since its recent peak and may well take
+// again: a program whose statements, requests or passes each build up
+// memory and drop it takes it back in the next one, often a few hundred
+// milliseconds later (sqlite3's bulk statements: a fifth of its page
+// faults and of its time). The allowance adds to the budget what was
+// freed since the peak of memory in use over the last delay, up to what
+// is still live, less the free blocks already resident inside slabs,
+// which the program's next allocations fill first. So a heap that dropped
+// most of its live data (a phase ended for good), or whose slabs are left
+// sparse (90% of a fragmented heap freed: memory in use, counted by slabs,
+// falls little, but the slabs hold more free space than was dropped), has
+// no allowance, and its free memory goes back at once or after a tenth of
+// the delay, as before. The allowance does not raise the peak: memory in
+// use plus memory held stays at most the recent peak plus the budget, held
+// memory is taken before fresh memory (take_fitting), and as the program
+// grows back the allowance shrinks. Memory older than the
+// delay is purged whatever the allowance.
+size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
+  size_t budget = dirty_budget_bytes();
+  // Only free memory beyond the budget needs the rest, which walks every
+  // span: once a review period, or sooner when memory in use moved by a
+  // sixteenth since the last walk (in a burst of frees, live data falls
+  // far faster than memory in use, which counts a slab until it empties),
+  // so the walks of one burst cost a few times one walk of its peak.
+  if (dirty_free_slices_ <= budget >> kSliceShift) return budget;
+  size_t in_use = stats::in_use_bytes();
+  size_t peak = recent_peak_in_use_locked();
+  if (peak == in_use) return budget;
+  size_t moved = in_use > live_counted_in_use_ ? in_use - live_counted_in_use_ : live_counted_in_use_ - in_use;
+  if (now_ms >= next_live_count_ms_ || moved > live_counted_in_use_ / 16) {
+    live_bytes_ = live_bytes_locked();
+    live_counted_in_use_ = in_use;
+    next_live_count_ms_ = now_ms + g_options.purge_delay_ms / 10;
+  }
+  size_t live = live_bytes_ < in_use ? live_bytes_ : in_use;
+  size_t slab_free = in_use - live;
+  size_t dropped = peak - in_use;
+  size_t held = dropped < live ? dropped : live;
+  return budget + (held > slab_free ? held - slab_free : 0);
+}
+
+// Bytes of live blocks: in slabs counted from their descriptors (racing
+// with their owners: an estimate), large and huge blocks whole.
+size_t SpanAllocator::live_bytes_locked() const {
+  size_t live = stats::g_global.large_in_use.load(std::memory_order_relaxed);
+  [[maybe_unused]] OwnerFieldReads estimate;
+  for_each_used_span_locked([&](const Page* span) {
+    if (span->kind() == PageKind::kSlab) live += slab_blocks_in_use(span) * span->block_size();
+  });
+  return live;
+}
+
+void SpanAllocator::note_in_use_locked(size_t in_use) {
+  if (in_use > in_use_peaks_[peak_period_]) in_use_peaks_[peak_period_] = in_use;
+}
+
+// The most memory in use over the last delay, now included.
+size_t SpanAllocator::recent_peak_in_use_locked() const {
+  size_t peak = stats::in_use_bytes();
+  for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
+  return peak;
+}
+
+// A shrinking program's budget is its base size again (release).
+void SpanAllocator::end_budget_boost_locked() {
+  g_budget_boost.store(0, std::memory_order_relaxed);
+  calm_periods_ = 0;
+}
+
+// Whether at least half of the memory purged for the budget in this review
+// period (and at least 1 MiB) has been taken again.
+bool SpanAllocator::purged_memory_comes_back_locked() const {
+  constexpr size_t kMinimumEvidence = (size_t{1} << 20) >> kSliceShift;
+  return budget_reused_slices_ >= kMinimumEvidence && budget_reused_slices_ * 2 >= budget_purged_slices_;
+}
+
+// The boost starts as soon as the evidence is in, not at the end of the
+// review period: a program that frees and takes back 32 MiB every few
+// milliseconds would otherwise fault all of it in again a dozen times
+// first (4 MiB blocks, eight at a time: 2.5x the time of one that keeps
+// them).
+void SpanAllocator::boost_if_purged_memory_comes_back_locked() {
+  if (!purged_memory_comes_back_locked()) return;
+  g_budget_boost.store(kMaxBudgetBoost, std::memory_order_relaxed);
+  calm_periods_ = 0;
+}
+
+// The budget holds free memory for a tenth of the purge delay (purge_locked)
+// and is a share of the memory in use, which suits most programs; but one
+// that frees and takes back more than that share within the delay - a
+// buffer that grows by realloc, large blocks replaced one by one - would
+// have its memory purged and faulted in again over and over (a page fault
+// for every page it reuses). So every review period (a tenth of the delay)
+// looks at what happened to the memory purged for the budget: when at
+// least half of it was taken again (and at least 1 MiB), the budget
+// becomes sixteen times its size; once free memory has stayed within the
+// budget one step smaller for a whole delay, it halves. (Stepping down
+// after one calm period, a program that churns in cycles longer than that
+// - buffers grown by realloc past a few MiB - had its budget back at x1
+// before each cycle's memory was taken again, and faulted it all in again:
+// realloc_growth 50m took twice the page faults.) It only ever holds
+// memory for part of the delay: the delay itself still purges everything
+// older.
+void SpanAllocator::review_budget_locked(uint64_t now_ms) {
+  if (now_ms < next_budget_review_ms_) return;
+  peak_period_ = (peak_period_ + 1) % kPeakPeriods;
+  in_use_peaks_[peak_period_] = stats::in_use_bytes();
+  uint64_t period = g_options.purge_delay_ms / 10;
+  next_budget_review_ms_ = now_ms + (period > 10 ? period : 10);
+  unsigned boost = g_budget_boost.load(std::memory_order_relaxed);
+  size_t budget = dirty_budget_bytes() >> kSliceShift;
+  if (purged_memory_comes_back_locked()) {
+    boost = kMaxBudgetBoost;
+    calm_periods_ = 0;
+  } else if (boost > 0 && peak_dirty_free_slices_ <= budget / 2) {
+    if (++calm_periods_ == kCalmPeriodsPerStep) {
+      --boost;
+      calm_periods_ = 0;
+    }
+  } else {
+    calm_periods_ = 0;
+  }
+  g_budget_boost.store(boost, std::memory_order_relaxed);
+  budget_purged_slices_ = 0;
+  budget_reused_slices_ = 0;
+  peak_dirty_free_slices_ = dirty_free_slices_;
+  ++budget_epoch_;
+}
+
+size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batch) {
+  uint64_t delay = g_options.purge_delay_ms;
+  uint64_t excess_delay = delay / 10;
+  for (size_t b = 0; b < kBins && dirty_free_slices_ != 0 && !batch.full(); ++b) {
+    for (Page* span = bins_[b]; span != nullptr && !batch.full();) {
+      Page* next_span = span->next;  // (before span leaves the bin)
+      if (force || now_ms >= span->freed_at + delay) detach_for_purge_locked(span, batch);
+      span = next_span;
+    }
+  }
+  // Beyond the allowance, free memory has a tenth of the delay to be
+  // reused; the largest spans go first (most memory per system call, and
+  // the least likely to be wanted again at exactly that size).
+  size_t allowance = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
+  choose_excess_purges_locked(allowance, now_ms > excess_delay ? now_ms - excess_delay : 0, batch);
+  if (!force) review_budget_locked(now_ms);
+  // A full batch leaves work behind: look again soon.
+  uint64_t next = dirty_free_slices_ > allowance || batch.full() ? excess_delay : delay / 4;
+  __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);
+  return unmap_empty_segments_locked(force ? 0 : g_options.retain_segments);
+}
+
+size_t SpanAllocator::unmap_empty_segments_locked(size_t keep) {
+  size_t released = 0;
+  for (Segment* segment = segments_; segment != nullptr && free_segments_ > keep;) {
+    Segment* next = segment->next;
+    Page* span = segment->page_of_slice[kHeaderSlices];
+    if (span->kind() == PageKind::kFree && span->slice_count == kPayloadSlices &&
+        segment_range_is_clean(segment, kHeaderSlices, kPayloadSlices)) {
+      remove_free(span);
+      if (segment->prev != nullptr) segment->prev->next = segment->next;
+      else segments_ = segment->next;
+      if (segment->next != nullptr) segment->next->prev = segment->prev;
+      segment_destroy(segment);
+      released += kSegmentSize;
+    }
+    segment = next;
+  }
+  return released;
+}
+
+size_t SpanAllocator::purge(bool force) {
+  size_t keep = force ? 0 : g_options.retain_segments;
+  size_t released = 0;
+  bool more = true;
+  while (more) {
+    PurgeBatch batch;
+    {
+      LockGuard guard(lock_);
+      released += purge_locked(force, os::monotonic_ms(), batch);
+    }
+    more = batch.full();
+    released += finish_purge(batch, keep);
+  }
+  return released;
+}
+
+void SpanAllocator::maybe_purge(uint64_t now_ms) {
+  if (now_ms < __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED)) return;
+  if (!lock_.try_lock()) return;  // someone else is in here and will do it
+  PurgeBatch batch;
+  purge_locked(false, now_ms, batch);
+  lock_.unlock();
+  finish_purge(batch, g_options.retain_segments);
+}
+
+void SpanAllocator::check_invariants() {
+  for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+    XALLOC_CHECK(segment->kind == SegmentKind::kNormal);
+    XALLOC_CHECK(segment_map_entry(segment->base()) == kMapSegmentHead);
+    [[maybe_unused]] size_t used = kHeaderSlices;
+    size_t i = kHeaderSlices;
+    while (i < kSlicesPerSegment) {
+      Page* span = segment->page_of_slice[i];
+      XALLOC_CHECK(span == &segment->pages[i]);
+      XALLOC_CHECK(span->slice_count >= 1 && i + span->slice_count <= kSlicesPerSegment);
+      XALLOC_CHECK(segment->page_of_slice[i + span->slice_count - 1] == span);
+      bool free = is_free_kind(span->kind());
+      for (size_t j = i; j < i + span->slice_count; ++j) {
+        [[maybe_unused]] Page* entry = segment->page_of_slice[j];
+        if (!free) {
+          XALLOC_CHECK(entry == span);
+        } else {
+          // The slice map's invariant (span_allocator.h); a span being
+          // purged keeps the entries it had in the bins.
+          XALLOC_CHECK(entry >= span);
+          XALLOC_CHECK(entry <= &segment->pages[j]);
+          XALLOC_CHECK(entry == span || entry->kind() == PageKind::kFree);
+          if (j > i && j + 1 < i + span->slice_count) XALLOC_CHECK(entry >= segment->page_of_slice[j - 1]);
+        }
+      }
+      if (!free) used += span->slice_count;
+      // Free neighbours are merged (but for spans being purged, which merge
+      // when they come back).
+      if (span->kind() == PageKind::kFree && i + span->slice_count < kSlicesPerSegment)
+        XALLOC_CHECK(segment->page_of_slice[i + span->slice_count]->kind() != PageKind::kFree);
+      i += span->slice_count;
+    }
+    XALLOC_CHECK(used == segment->used_slices);
+  }
+  for (size_t b = 0; b < kBins; ++b) {
+    XALLOC_CHECK((bins_[b] != nullptr) == (((nonempty_bins_ >> b) & 1) != 0));
+    for (Page* span = bins_[b]; span != nullptr; span = span->next) {
+      XALLOC_CHECK(span->kind() == PageKind::kFree);
+      XALLOC_CHECK(bin_of(span->slice_count) == b);
+      if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
+    }
+  }
+  for (Page* span = purging_; span != nullptr; span = span->next) {
+    XALLOC_CHECK(span->kind() == PageKind::kPurging);
+    if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
+  }
+}
+
+}  // namespace xalloc

@@ -1,0 +1,250 @@
+// The span allocator: hands out runs of slices from segments and takes
+// them back, coalescing neighbours. It is shared by all threads and guarded
+// by one lock, which only slow paths take: a thread heap comes here once
+// per slab (64 KiB or more), and large blocks come here directly.
+//
+// It also owns the return of memory to the OS: free spans stay resident
+// for the purge delay (so memory about to be reused is not faulted in
+// again), then their pages are purged; fully free segments beyond the
+// retained count are unmapped. Free memory beyond a budget proportional to
+// the memory in use (dirty_budget_bytes), and beyond what was freed since
+// a recent peak and may be taken again, gets a tenth of the delay, so
+// memory that is freed and not reused does not inflate the footprint, and
+// beyond twice that (and 16 MiB more) it is purged at once.
+//
+// The purge system call runs outside the lock. Under it, the spans to purge
+// are marked clean and taken out of the bins (kind kPurging: no allocation
+// takes them, no neighbour merges with them); the thread then gives their
+// pages back with the lock released, and takes the lock again to return
+// them to the bins as free, clean spans, merged with their neighbours. A
+// purge of a few MiB takes tens of microseconds, longer on many cores
+// (every core that runs the process takes a TLB shootdown), and while the
+// lock was held through it every thread that needed a span waited: on 2
+// cores, sh6bench with 32 threads slept on the lock 67-83 times a run,
+// glibc-thread with 16 81-103 times; 17-30 and 19-33 with the purge
+// outside it.
+//
+// Slice map. A span in use maps every slice to its descriptor (any address
+// in it must find it). A free span maps only its first and last slice (what
+// coalescing and iteration read): mapping a whole free span on every
+// release and split cost a store per slice of the surrounding free space,
+// hundreds for one 64 KiB slab. Its other slices keep older entries, and
+// every entry inside a free span [f, g), at slice i, points to a descriptor
+// pages[x] with f <= x <= i whose kind is kFree; and but for the last
+// slice's, the entries never decrease along the span. It holds because a
+// new segment maps each slice to its own descriptor (zero, so free);
+// entries only ever point at or before their slice; a descriptor absorbed
+// into a free span is marked free; a span in use is mapped in full; the
+// last slice's entry, the only one written to point back to its head from
+// afar, is pointed at its own descriptor when a merge makes it an inner
+// slice out of order (merges on either side: a purged span coming back
+// merges with the span after it too); and when a span is taken from the
+// front of a free span, the entries of the rest that point into the taken
+// part - a prefix of the rest, as they never decrease - are pointed at the
+// rest's head. So a lookup of free memory always finds a free descriptor,
+// which free() reports, and never one that heads a span in use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "meta/page.h"
+#include "platform/lock.h"
+#include "backend/segment.h"
+
+namespace xalloc {
+
+// Every thread takes its lock and writes its state: on cache lines of its
+// own, away from the data the fast paths of other threads read.
+class alignas(64) SpanAllocator {
+ public:
+  // A span of `slices` slices (1 <= slices <= kPayloadSlices) of the
+  // given kind; *is_zero tells whether all its memory reads as zero. Null
+  // when the OS has no memory. A span's kind and length change only under
+  // this allocator's lock, since other threads read its neighbours' kinds.
+  Page* allocate(size_t slices, PageKind kind, bool* is_zero);
+  // `idle_ms`: how long the span's memory has already waited unused
+  // elsewhere (slab_pool.h); it counts towards the purge delay.
+  void release(Page* span, uint64_t idle_ms = 0);
+
+  // Grows `span` in place to `slices` if the slices after it are free.
+  bool try_grow(Page* span, size_t slices);
+  // Gives back the slices of `span` beyond `slices`.
+  void shrink(Page* span, size_t slices);
+  // Gives back the first `slices` slices of `span`; returns the descriptor
+  // of what remains.
+  Page* trim_front(Page* span, size_t slices);
+
+  // Purges free spans whose delay has passed (all of them when `force`) and
+  // unmaps surplus empty segments. Returns the bytes given back.
+  size_t purge(bool force);
+  // Cheap when there is nothing to do: called from slow paths.
+  void maybe_purge(uint64_t now_ms);
+
+  // The huge cache's part in the budget's feedback (large.cpp): `bytes`
+  // of a cached mapping purged to keep within the budget, which returns
+  // the review period to keep with the mapping; and such a mapping taken
+  // again, purged in review period `epoch`.
+  uint32_t note_huge_budget_purge(size_t bytes);
+  void note_huge_budget_reuse(uint32_t epoch, size_t bytes);
+
+
+  // fork(): the child inherits the state the lock protects; spans that
+  // other threads were purging are purged and freed in the child.
+  void lock_for_fork() { lock_.lock(); }
+  void unlock_after_fork_parent() { lock_.unlock(); }
+  void reset_after_fork_child();
+
+  // Calls fn(span) for every span in use, under the lock (statistics).
+  template <typename Fn>
+  void for_each_used_span(Fn fn) {
+    LockGuard guard(lock_);
+    for_each_used_span_locked(fn);
+  }
+
+  // Debug builds: validates every segment, span and bin.
+  void check_invariants();
+
+ private:
+  // Steps through a purge one stage at a time (tests/core/span_allocator_test.cpp).
+  friend struct SpanAllocatorTestPeer;
+
+  static constexpr size_t kBins = 32;
+  static size_t bin_of(size_t slices);
+
+  // Spans chosen for a purge under the lock, purged after it is released
+  // (finish_purge).
+  struct PurgeBatch {
+    static constexpr size_t kMaxSpans = 64;
+    Page* spans[kMaxSpans];
+    size_t count = 0;
+    size_t bytes = 0;  // of them that were dirty
+    bool full() const { return count == kMaxSpans; }
+  };
+
+  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
+  Page* take_fitting(size_t slices);
+  // Which entries of a new free span's slices to set (the slice map above):
+  // its ends, or its ends and the entries that point before it.
+  enum class Map { kEnds, kRest };
+  void insert_free(Segment* segment, size_t first, size_t count, uint64_t freed_at, Map map);
+  void remove_free(Page* span);
+  // `now_ms`: os::monotonic_ms() (the caller may have it already).
+  void release_locked(Page* span, uint64_t now_ms, uint64_t idle_ms = 0);
+  Segment* add_segment_locked(Segment* segment);
+  // release() under the lock: the span released, and the purges it calls
+  // for chosen into `batch`; true when a burst beyond the allowance did
+  // not fit in the batch.
+  bool release_and_choose_purges(Page* span, uint64_t idle_ms, PurgeBatch& batch);
+  // Free memory beyond `allowance` slices, largest spans first, of spans
+  // freed at or before `freed_by` (ms; kAnyAge: whenever), into `batch`;
+  // true when it did not all fit.
+  static constexpr uint64_t kAnyAge = ~uint64_t{0};
+  bool choose_excess_purges_locked(size_t allowance, uint64_t freed_by, PurgeBatch& batch);
+  // Chooses the spans to purge (all free ones when `force`) into `batch`,
+  // and unmaps surplus empty segments; returns the bytes unmapped.
+  size_t purge_locked(bool force, uint64_t now_ms, PurgeBatch& batch);
+  // Takes `span`, a free span, out of the bins into `batch` (which has
+  // room), marked clean, unless it is clean already; returns the bytes
+  // that were dirty. `for_budget`: purged only to keep within the dirty
+  // budget, not because its delay passed.
+  size_t detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget = false);
+  // Without the lock: purges the batch's spans, then returns them to the
+  // bins and unmaps empty segments beyond `keep_segments`. Returns the
+  // bytes given back.
+  size_t finish_purge(PurgeBatch& batch, size_t keep_segments);
+  // Returns a purged span to the bins (and its place in the list of spans
+  // being purged).
+  void reinsert_purged_locked(Page* span);
+  // Inserts [first, first+count) as a free span, merged with the free spans
+  // on either side; `freed_at` is its age and `resident` how many of its
+  // slices may be resident.
+  void insert_coalesced_locked(Segment* segment, size_t first, size_t count, uint64_t freed_at, size_t resident);
+  // Counts the slices of a span being taken that were purged for the budget
+  // shortly before, or stand in for such slices (the budget's feedback,
+  // dirty_budget_bytes).
+  void note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean);
+  void note_take_locked(size_t slices);
+  bool shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak);
+  bool purged_memory_comes_back_locked() const;
+  void boost_if_purged_memory_comes_back_locked();
+  void review_budget_locked(uint64_t now_ms);
+  void end_budget_boost_locked();
+  size_t recent_peak_in_use_locked() const;
+  // Free memory that may stay resident beyond a tenth of the delay: the
+  // budget, plus what the program freed since its recent peak and may take
+  // again (span_allocator.cpp).
+  size_t dirty_allowance_bytes_locked(uint64_t now_ms);
+  size_t live_bytes_locked() const;
+  void note_in_use_locked(size_t in_use);
+
+  size_t unmap_empty_segments_locked(size_t keep);
+
+  template <typename Fn>
+  void for_each_used_span_locked(Fn fn) const {
+    for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+      for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
+        Page* span = segment->page_of_slice[i];
+        if (!is_free_kind(span->kind())) fn(span);
+        i += span->slice_count != 0 ? span->slice_count : 1;
+      }
+    }
+  }
+
+  Mutex lock_;
+  Page* bins_[kBins] = {};
+  Page* purging_ = nullptr;  // spans out of the bins being purged, linked through next/prev
+  uint32_t nonempty_bins_ = 0;
+  Segment* segments_ = nullptr;
+  size_t free_segments_ = 0;       // segments whose payload is one free span
+  size_t dirty_free_slices_ = 0;   // free slices that may still be resident
+  // The dirty budget's feedback, per review period (epoch): slices purged
+  // for the budget, slices of those taken again, and the most free slices
+  // resident at once.
+  uint32_t budget_epoch_ = 1;
+  uint64_t next_budget_review_ms_ = 0;
+  size_t budget_purged_slices_ = 0;
+  size_t budget_reused_slices_ = 0;
+  size_t peak_dirty_free_slices_ = 0;
+  unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
+  size_t freed_since_take_spans_ = 0;  // spans released since one was last taken
+  // Shrink episodes (shrink_is_a_cycle_locked): whether frees are in one
+  // and what it was found to be; when the last one began, the recent peak
+  // of memory in use it fell from, and the bytes taken since.
+  bool in_shrink_episode_ = false;
+  bool episode_is_cycle_ = false;
+  uint64_t last_shrink_ms_ = 0;
+  size_t last_shrink_peak_ = 0;
+  size_t taken_since_shrink_ = 0;
+  // The most memory in use (slabs and large blocks) seen in each of the
+  // last kPeakPeriods review periods (a whole delay), this one's at
+  // peak_period_; and the live bytes counted last, the memory in use then,
+  // and when to count again (dirty_allowance_bytes_locked).
+  static constexpr size_t kPeakPeriods = 10;
+  size_t in_use_peaks_[kPeakPeriods] = {};
+  size_t peak_period_ = 0;
+  size_t live_bytes_ = 0;
+  size_t live_counted_in_use_ = 0;
+  uint64_t next_live_count_ms_ = 0;
+  // Read by every thread's periodic work (maybe_purge), written once per
+  // purge: last, on a line of its own, away from the fields that every
+  // span taken or freed writes (beside them, each thread's look cost a
+  // miss whenever another had taken or freed a span since).
+  alignas(64) uint64_t next_purge_ms_ = 0;
+};
+
+extern SpanAllocator g_spans;
+
+// How much free memory may stay resident, waiting for reuse: a share
+// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB; up to
+// sixteen times that while the program keeps taking back memory that was
+// purged to keep within it (span_allocator.cpp).
+size_t dirty_budget_bytes();
+// log2 of that factor (statistics).
+unsigned dirty_budget_boost();
+// Free memory beyond this, twice the budget and at least the budget plus
+// 16 MiB, is a burst (a phase of the program ended): purged as soon as it
+// is released, by the span allocator and the huge cache alike.
+size_t burst_threshold_bytes(size_t budget);
+
+}  // namespace xalloc

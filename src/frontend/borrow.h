@@ -1,0 +1,77 @@
+// Borrowing: memory sent to a heap whose thread has stopped allocating.
+//
+// A block freed by another thread goes back to its owner's inbox and waits
+// there until the owner drains it (remote_free.h). While the owner keeps
+// allocating, that happens within a few allocations: a sender that has
+// pushed kDrainRequestBytes asks for a drain, and the owner's next small
+// malloc answers. An owner that is not running - waiting on a lock, blocked
+// in a system call, or one of many threads that take turns under a global
+// lock, as Ruby's and Python's do - answers nothing, and what the others
+// free for it piles up, out of everyone's reach, while they map fresh
+// memory (Ruby with 8 threads: 50-77 MiB in such inboxes).
+//
+// With XALLOC_BORROW=1, a heap that is about to take a new slab looks for a
+// heap that left a drain request unanswered while senders kept sending (a
+// "stalled" one, kStalledBytes) and borrows from its inbox instead: it
+// takes the inbox's lists with the same atomic exchange the owner drains
+// with, keeps up to kBorrowBytes of their blocks on per-class lists of its
+// own - pseudo-slabs that its direct and serving tables serve from until
+// they run dry - and pushes the rest back. A borrowed block stays its
+// owner's: its slab counts it as in use all along, and whoever frees it
+// later sends it home like any other thread's block. Nothing is written
+// into the owner's slabs, so the owner's lock-free fast paths are never
+// raced with.
+//
+// A heap that holds half of kBorrowBytes unused when it would borrow again
+// sends those home first, and it returns them all when it collects (thread
+// exit, xalloc_thread_collect, malloc_trim): at most kBorrowBytes sit
+// unused in a thread that stops. A heap that has been borrowed from makes
+// its next kBorrowPause slabs itself instead of borrowing back at once, so
+// that blocks do not circle between threads that take turns.
+//
+// Off by default: a borrowed block stays a cross-thread block at every
+// later free, and those cost more than local ones. Measured on 2 cores
+// (bench/run.py --quick, 3 runs, xalloc-borrow against xalloc):
+// geometric-mean time 1.002x, peak RSS 0.943x; rptest 0.84x time and 0.49x
+// RSS, sh8bench 0.68x and 0.40x, Ruby with 8 threads 1.03x and 0.86x, but
+// larson 1.17x and xmalloc-test 1.59x time. Not in secure mode, whose
+// blocks wait in their owner's quarantine, nor while statistics or the
+// profiler count allocations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "frontend/remote_free.h"
+
+namespace xalloc {
+
+struct Heap;
+
+// Bytes of borrowed blocks a heap holds at most after a steal.
+constexpr size_t kBorrowBytes = 256 * 1024;
+
+// Refills that make a slab instead of borrowing, after a heap was
+// borrowed from.
+constexpr uint32_t kBorrowPause = 16;
+
+// A heap is stalled when it has been asked to drain and senders have sent
+// it this much (since its last drain) without it draining: an owner that
+// is running answers the request at its next small malloc, long before.
+constexpr size_t kStalledBytes = 2 * kDrainRequestBytes;
+
+// The sender whose push takes `heap`'s pending bytes past kStalledBytes
+// calls this (inbox_push); nothing happens unless XALLOC_BORROW is on.
+void note_stalled(Heap* heap);
+
+// Borrows from a stalled heap's inbox for `heap`, which has no slab with a
+// free block for `cls`. True when the class's borrowed list now has a
+// block. Points the direct and serving tables of every class it took
+// blocks of at that class's borrowed list.
+bool borrow_from_stalled(Heap* heap, unsigned cls);
+
+// Sends every block of `heap`'s borrowed lists back to its owner (through
+// the outbox: the caller flushes it).
+void borrowed_return(Heap* heap);
+
+}  // namespace xalloc

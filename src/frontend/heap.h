@@ -1,0 +1,379 @@
+// Thread heaps: the thread-local caches every allocation starts in.
+//
+// Each thread allocates from its own heap: per size class one current slab
+// whose free list serves malloc, plus a list of partially free slabs to
+// move on to. A slab belongs to exactly one heap; frees from the owner push
+// onto the slab's free list, frees from other threads go back to the owner
+// through its inbox (remote_free.h). So the fast paths need no lock and no
+// atomic read-modify-write, and memory freed anywhere is reused by the
+// thread that owns it.
+//
+// Heaps outlive their threads: at thread exit a heap returns its empty
+// slabs, keeps the ones with live blocks and becomes an orphan, which the
+// next new thread adopts (thread_registry.cpp). Frees that arrive for an
+// orphan's slabs land in its inbox, and the thread that sent them drains it
+// at once (orphan_collect), so that those slabs still empty and return.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "meta/page.h"
+#include "platform/lock.h"
+#include "frontend/remote_free.h"
+#include "meta/secure.h"
+#include "meta/size_classes.h"
+#include "meta/slab.h"
+
+namespace xalloc {
+
+// The classes served through the direct table.
+constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
+
+// Spans of freed large blocks a heap keeps for its next large blocks
+// (large.cpp): at most this many, of at most kKeptSliceBudget slices in all,
+// and all live threads' heaps together at most kKeptSlicesAllHeaps (each
+// its share once more than 16 threads live: kept_slice_budget).
+constexpr uint32_t kKeptSpanSlots = 4;
+constexpr uint32_t kKeptSliceBudget = 32;  // 2 MiB: a buffer of 1 MiB and a few bytes fits
+constexpr uint32_t kKeptSlicesAllHeaps = 16 * kKeptSliceBudget;  // 32 MiB
+
+enum class HeapState : uint32_t {
+  kActive = 0,   // owned by a live thread
+  kOrphan = 1,   // its thread exited; waiting for adoption
+  kDead = 2,     // its thread does not exist (fork child): never reused
+};
+
+static_assert(kNumClasses <= 64, "Heap::spare_classes has a bit per class");
+
+// Borrowed blocks by class (borrow.h): a pseudo-slab each, whose free list
+// the direct and serving tables serve from while it has blocks. Its
+// `needed` counts the pops since it was last empty, `count` the blocks put
+// on it meanwhile.
+struct BorrowedLists {
+  Page list[kNumClasses];
+  uint32_t count[kNumClasses];
+};
+
+// Profiling without statistics (heap_profiler.h): the direct table points
+// at these windows instead of the current slabs. A window's free list is a
+// run of blocks taken off its class's current slab (which counts them as in
+// use) that ends before the class's next sampled byte, so the fast path
+// counts nothing: the allocation that finds the window empty is either the
+// sampled one or opens the next window. A window's `needed` counts its pops
+// since it opened. (Out of the heap: a heap that does not profile does not
+// carry, zero and fault in the 5 KiB of them.)
+struct ProfileWindows {
+  Page window[kNumSmallClasses];
+  int64_t countdown[kNumSmallClasses];  // bytes of the class until its next sample
+};
+
+struct alignas(64) Heap {
+  struct EmptyTag {};
+  // A heap with no slabs: every slot points at g_empty_page.
+  constexpr explicit Heap(EmptyTag);
+
+  // Fast path: the slab to allocate from, by 16-byte granule (sizes up to
+  // kMaxSmallSize) and by class. Unused entries point at g_empty_page,
+  // whose free list is always empty, so there is no null check.
+  // Written by other threads too, when they ask for a drain (below): read
+  // and written with relaxed __atomic builtins.
+  Page* direct[kDirectSlots];
+  // The same by class, for the sizes above kMaxSmallSize (alloc_generic);
+  // written by the owner only.
+  Page* serving[kNumClasses];
+  Page* current[kNumClasses];
+  Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
+  // slow_calls at each class's last refill (heap_alloc_refill): a class that
+  // has had none for a while and whose current slab is empty lets the slab
+  // go (current_slabs_expire in heap.cpp).
+  uint32_t class_slow_at[kNumClasses];
+  // Empty slabs kept instead of leaving the heap (slab_pool.h), with
+  // their free lists intact (at most 1 MiB in all, listed by class through
+  // Page::next), for the pattern that would otherwise take and return slabs
+  // on every round: a batch that spills past the current slab and is then
+  // freed. A class's spares go back after kSpareLifetime slow paths
+  // without one being kept or reused (heap.cpp), and those of a thread
+  // that has stopped using them at the reclaim pass (claimed first, as the
+  // kept spans below are: every use is between kept_enter and kept_exit).
+  Page* spare[kNumClasses];
+  uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
+  std::atomic<uint32_t> spare_slices;    // their length in all (read by the pass to decide what to claim)
+  std::atomic<uint64_t> spare_classes;   // bit c: spare[c] != nullptr
+  std::atomic<uint32_t> spare_changes;   // spares kept or taken so far (written by the heap's thread)
+  uint32_t spare_seen;                   // spare_changes at the last pass (the pass's own)
+
+  // Watched allocations (statistics, profiler: heap_profiler.h): requests
+  // per class, then large and huge; bytes until the next sample.
+  uint64_t requests[kNumClasses + 2];
+  int64_t sample_countdown;
+  // Profiling without statistics: the windows the direct table points at
+  // (ProfileWindows, above); mapped with the heap, only when profiling.
+  ProfileWindows* windows;
+  // Blocks borrowed from stalled heaps' inboxes (borrow.h); mapped when
+  // the heap first borrows, so that heaps that never do touch none of it.
+  BorrowedLists* borrowed;
+  // Spans of large blocks this heap's thread freed, kept whole for its next
+  // large blocks of the same length and for its samples (large.cpp). A kept
+  // span stays a large span with no usable bytes. The bytes of its last
+  // block stay counted in the statistics' large_in_use until the span is
+  // reused or released (so a block of the same size that takes it changes
+  // no shared counter); kept_counted sums them, for xalloc_get_stats to
+  // take off.
+  struct KeptSpan {
+    Page* span;
+    size_t counted;
+  };
+  // They are the heap's thread's, but for the pass that gives back the
+  // spans of a thread that stopped using them (reclaim_idle_kept_memory in
+  // large.cpp), which claims them first: the thread marks itself busy
+  // while it uses them, and does without them the times they are claimed
+  // (kept_enter, below). The counts may be read at any time.
+  KeptSpan kept_spans[kKeptSpanSlots];
+  std::atomic<uint32_t> kept_span_count;
+  std::atomic<uint32_t> kept_slices;
+  std::atomic<uint32_t> kept_busy;     // written by the heap's thread
+  std::atomic<uint32_t> kept_claimed;  // written by the pass
+  std::atomic<uint32_t> kept_changes;  // spans kept so far (written by the heap's thread)
+  uint32_t kept_seen;   // kept_changes at the last pass (the pass's own)
+  uint32_t kept_since;  // slow_calls when one was last kept or taken (the heap's thread's own)
+  std::atomic<size_t> kept_counted;
+
+  Outbox outbox;
+#if XALLOC_SECURE
+  // Secure mode: freed blocks of this heap's slabs (freed here, or by other
+  // threads and drained from the inbox) wait here before they can be
+  // reused, with their slabs (which cannot change: a slab counts a
+  // quarantined block as in use). The ring has two halves of
+  // XALLOC_QUARANTINE slots, [quarantine, quarantine_mid) and
+  // [quarantine_mid, 2 * mid - quarantine). Frees fill one half while the
+  // other holds the blocks of the lap before; the free that finds the
+  // filling half full (quarantine_next == quarantine_turn) first frees the
+  // other half's blocks for real, in one loop, and fills it next. So every
+  // block waits for at least XALLOC_QUARANTINE later frees, and fewer than
+  // twice that. With no slots, every free finds next == turn.
+  struct QuarantineSlot {
+    FreeBlock* block;
+    Page* page;
+  };
+  // (The release loop reads kQuarantineLookahead slots ahead: the slots
+  // past the ring stay empty.)
+  static constexpr size_t kQuarantineLookahead = 4;
+  QuarantineSlot quarantine[2 * secure::kQuarantineDepthMax + kQuarantineLookahead];
+  QuarantineSlot* quarantine_next;
+  QuarantineSlot* quarantine_turn;
+  QuarantineSlot* quarantine_mid;
+#endif
+  uint64_t thread_id;
+  uint32_t slow_calls;
+  // A young heap serves each small size from the smallest power-of-two
+  // class that holds it (16, 32, 64, ..., 1024 bytes), so that a process
+  // or thread that allocates little touches a few slabs - a page fault
+  // each - instead of one per size class it asks for. It grows up (each
+  // size its own class again) when one of those slabs runs out (heap.cpp).
+  // Not in secure mode.
+  bool young;
+  std::atomic<HeapState> state;
+  Heap* next_in_registry;  // all heaps ever created
+  Heap* next_orphan;
+  std::atomic<size_t> remote_frees_sent;  // outbox.blocks (sent so far), published on slow paths for statistics
+
+  // Frees from other threads; written by them, so on its own cache line.
+  alignas(64) std::atomic<FreeBlock*> inbox[kLanes];
+  // Bytes pushed since the last drain. A heap drains when one of its slabs
+  // runs dry, which may never happen to a thread that allocates what it
+  // frees itself while others free its older blocks; past
+  // kDrainRequestBytes the sender asks for a drain: it sets drain_requested
+  // and points the direct table at the empty slab, so the owner's next
+  // small malloc takes the slow path, which drains and restores the table.
+  std::atomic<size_t> inbox_bytes;
+  std::atomic<uint32_t> drain_requested;
+  // Set by a heap that borrows from this one's inbox (borrow.h): the next
+  // refills that would borrow make slabs instead, counting it down.
+  std::atomic<uint32_t> borrow_pause;
+  // Spans of large blocks this heap's thread allocated and other threads
+  // freed, handed back for its next large blocks (large.cpp): a stack
+  // linked through Page::next, and the slices on it.
+  std::atomic<Page*> returned_spans;
+  std::atomic<uint32_t> returned_slices;
+  // The stack's head at the last reclaim pass (reclaim_idle_kept_memory in
+  // large.cpp): written only by that pass.
+  std::atomic<Page*> returned_seen;
+
+  // Held by whoever drains the heap's inbox while it is an orphan: a
+  // thread that sent it blocks (orphan_collect), trim, the exiting thread's
+  // last drain; and taken by the thread that adopts it, before it makes
+  // the heap active (thread_registry.cpp). A lock per heap, so that threads
+  // freeing blocks of different exited threads do not queue behind one
+  // another.
+  Mutex orphan_lock;
+};
+
+// A staged remote free keeps its owner's class in the low bits (remote_free.h).
+static_assert(alignof(Heap) > kStagedClassMask);
+
+extern Page g_empty_page __attribute__((visibility("hidden")));
+
+constexpr Heap::Heap(EmptyTag)
+    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_slices(0),
+      spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), windows(nullptr),
+      borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
+      kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
+#if XALLOC_SECURE
+      quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
+#endif
+      thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
+      next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
+      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0), returned_seen(nullptr) {
+  for (Page*& slot : direct) slot = &g_empty_page;
+  for (Page*& slot : serving) slot = &g_empty_page;
+  for (Page*& slot : current) slot = &g_empty_page;
+}
+
+// The heap of threads that have not allocated yet (and of threads past
+// their heap's teardown). Every slot points at g_empty_page.
+extern Heap g_empty_heap __attribute__((visibility("hidden")));
+
+// The calling thread's heap. Initial-exec TLS: one instruction to read.
+extern __thread Heap* t_heap;
+
+// Constructs a heap in `heap`, with `stage` (kStageSlots entries) as its
+// outbox's stage.
+void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage);
+
+// Points the direct table (small classes) and the serving table at what
+// serves `cls` now: the class's borrowed list while it has blocks (borrow.h),
+// else its current slab (or what the profiler and statistics need instead).
+void heap_serve(Heap* heap, unsigned cls);
+
+// The borrowed list of `cls` when it serves the class's allocations and has
+// run dry: the slow path then serves the current slab again.
+inline bool borrowed_list_ran_dry(const Heap* heap, unsigned cls) {
+  return heap->borrowed != nullptr && heap->serving[cls] == &heap->borrowed->list[cls] &&
+         heap->borrowed->list[cls].free == nullptr;
+}
+
+// The refill most slow paths of a busy class come for, kept short: its
+// current slab is used up and another of its slabs has free blocks again
+// (random replacement spreads a class's live blocks over a few slabs, and
+// the current one runs out every few allocations). Null when anything else
+// is due - a drain to answer, blocks in the inbox, the heap's periodic work,
+// a young heap, borrowed blocks, watched allocations, a slab to carve -
+// which heap_alloc_slow's general path does.
+void* heap_switch_slab(Heap* heap, unsigned cls);
+
+// Slow paths of the inline fast paths in alloc.h.
+// `from_direct`: called by alloc() for a small size (watched allocations
+// are counted and sampled there).
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
+void heap_on_needed_zero(Heap* heap, Page* page);
+
+// Frees `block`, a checked and marked block of `page`, which `heap` owns,
+// for real: back on the slab's free list, and the slab's slow path when
+// that was the free it waited for. (`link_secret` as for slab_push.)
+XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
+                                   uintptr_t link_secret = secure::g_secrets.link) {
+  slab_push(page, block, link_secret);
+  if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
+}
+
+// A zeroed block of class `cls`: blocks carved from memory fresh from the
+// OS are already zero but for the free-list words carving wrote.
+void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
+
+// True when other threads have sent blocks that are not drained yet.
+inline bool inbox_pending(const Heap* heap) {
+  uintptr_t any = 0;  // the lanes ORed together: no branch per lane
+#pragma GCC unroll 8
+  for (const std::atomic<FreeBlock*>& lane : heap->inbox)
+    any |= reinterpret_cast<uintptr_t>(lane.load(std::memory_order_relaxed));
+  return any != 0;
+}
+
+// Takes every lane of `heap`'s inbox into `lists`; returns how many were
+// not empty. acq_rel: see the senders' links, and let a sender that pushes
+// after this see whether the heap was orphaned (thread_heap_teardown).
+inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
+  size_t active = 0;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
+    if (lists[lane] != nullptr) ++active;
+  }
+  return active;
+}
+
+// Returns inbox blocks to their slabs.
+void heap_drain_inbox(Heap* heap);
+// The owner's drain before it allocates: in secure mode the blocks wait in
+// the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.
+void heap_drain_inbox_for_reuse(Heap* heap);
+
+// Secure mode: `block`, a checked and marked block of `page`, which `heap`
+// owns, waits in the heap's quarantine before it is freed for real.
+void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block);
+XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
+#if XALLOC_SECURE
+  Heap::QuarantineSlot* slot = heap->quarantine_next;
+  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_swap_halves(heap, page, block);
+  *slot = {block, page};
+  heap->quarantine_next = slot + 1;
+#else
+  (void)heap;
+  (void)page;
+  (void)block;
+#endif
+}
+// Frees `block`, a checked and marked block of `page`, which `heap` owns:
+// into the quarantine in secure mode, else back on its slab at once.
+XALLOC_INLINE void heap_free_owned(Heap* heap, Page* page, FreeBlock* block) {
+  if (secure::kEnabled) return quarantine_add(heap, page, block);
+  slab_free_block(heap, page, block);
+}
+
+// Secure mode: really frees every block waiting in the heap's quarantine.
+void quarantine_flush(Heap* heap);
+
+// Hands back everything the heap caches: sends its outbox, drains its inbox,
+// returns empty slabs; slabs with live blocks stay owned.
+void heap_collect(Heap* heap);
+// A heap's kept spans and spare slabs are its thread's, but for the pass
+// that gives back those of a thread that stopped using them
+// (reclaim_idle_kept_memory in large.cpp). Their thread uses them many
+// times a second, the pass once per purge delay, so the thread's side of the
+// exclusion has no locked instruction: it marks itself busy, then looks for
+// a claim (a store, then a load, which the processor may reorder); the pass
+// claims, then makes every processor running one of the process's threads
+// execute a full barrier (os::process_wide_barrier), then looks at the busy
+// mark. After that barrier, a thread that had marked itself busy is seen
+// busy, and one that had not will see the claim: the pass takes the spans
+// and spares only of a heap seen not busy, and a thread that sees them
+// claimed does without them. (Release and acquire on the marks: each side
+// sees the lists as the other left them.) Not for g_empty_heap, which
+// every thread without a heap shares: callers check they have a heap.
+XALLOC_INLINE bool kept_enter(Heap* heap) {
+  heap->kept_busy.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's part of the fence
+  if (XALLOC_LIKELY(heap->kept_claimed.load(std::memory_order_acquire) == 0)) return true;
+  heap->kept_busy.store(0, std::memory_order_release);
+  return false;
+}
+XALLOC_INLINE void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
+
+// Gives every spare slab of `heap` up (its thread, between kept_enter and
+// kept_exit, or the reclaim pass, after its barrier).
+void spares_release_all(Heap* heap);
+// Returns the heap's spare empty slabs and kept spans of large blocks to
+// the span allocator (trim).
+void heap_release_spares(Heap* heap);
+// Counts a slow call of the heap (an allocation that needed more than its
+// slab's free list, or a large block kept); every 16th runs the periodic
+// work: expiring spares and kept spans, sending the outbox, purging memory
+// past its delay.
+void heap_tick(Heap* heap);
+// The process-wide part of the periodic work, also the background purger's
+// (thread_registry.cpp): idle pooled slabs, spans of idle threads, and
+// free memory past its delay.
+void purge_idle_memory(uint64_t now_ms);
+
+}  // namespace xalloc

@@ -1,0 +1,128 @@
+// Cross-thread frees.
+//
+// A block freed by a thread that does not own its slab is returned to the
+// owning heap, never kept by the freeing thread. To make that cheap, the
+// freeing thread first stages such blocks in its outbox - an array, so that
+// the free itself writes nothing into the block but its free marker - and
+// sends them once the outbox holds XALLOC_REMOTE_BATCH bytes or kStageSlots
+// blocks (or when the thread takes a slow path, collects, or exits): it
+// then links them into a few
+// lists per destination heap and hands each list over with one atomic
+// operation.
+//
+// Why stage instead of linking at once: a thread that frees blocks
+// allocated elsewhere mostly misses the cache on each of them, on the
+// marker check (alloc.cpp). The processor overlaps as many of those misses
+// as its reorder buffer holds frees, so every instruction of the remote
+// free path that can move to the send (where the blocks are in the cache
+// again) lets more of them overlap.
+//
+// Each heap's inbox is a lock-free stack that producers push whole lists
+// onto (compare-and-swap of the head) and that the owner empties with one
+// atomic exchange. Because the owner never pops single nodes, the ABA
+// problem of Treiber stacks cannot arise: a push that sees the same head
+// twice links to a list that is still current.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "meta/page.h"
+#include "meta/secure.h"
+#include "meta/size_classes.h"
+
+namespace xalloc {
+
+struct Heap;
+
+constexpr size_t kOutboxSlots = 16;  // destinations a send links lists for at once (<= 32: a mask)
+
+// Each destination gets its blocks on this many lists ("lanes"), a run of
+// blocks (consecutive frees for one owner) on one lane. The owner walks
+// the lanes side by side when it drains: a linked list costs a cache miss
+// per block, one after the other, and independent lists let those misses
+// overlap.
+constexpr size_t kLanes = 4;
+
+// Lists of blocks on their way to their owner run through the blocks'
+// `next` words (encoded with the process secret in secure mode).
+inline FreeBlock* remote_next(const FreeBlock* block) {
+  return reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(block->next) ^
+                                      (secure::kEnabled ? secure::g_secrets.link : 0));
+}
+inline void set_remote_next(FreeBlock* block, FreeBlock* next) {
+  block->next = reinterpret_cast<FreeBlock*>(reinterpret_cast<uintptr_t>(next) ^
+                                             (secure::kEnabled ? secure::g_secrets.link : 0));
+}
+
+// Blocks the outbox stages at most, whatever XALLOC_REMOTE_BATCH says.
+constexpr size_t kStageSlots = 512;
+
+// A staged block, with its owner and its size class: the class in the low
+// bits of the owner's address (heaps are 64-byte aligned: heap.h).
+struct StagedBlock {
+  FreeBlock* block;
+  uintptr_t owner_and_class;
+};
+constexpr uintptr_t kStagedClassMask = 63;
+static_assert(kNumClasses <= kStagedClassMask + 1);
+
+struct Outbox {
+  // Blocks freed since the last send, marked free but not linked yet:
+  // [stage, stage_next), in an array of kStageSlots next to the heap
+  // (thread_registry.cpp), apart from it so that a new heap's constructor
+  // need not zero it (its memory is fresh from the OS, and stays untouched
+  // until the thread frees another thread's block). Until heap_init gives
+  // it a stage, an outbox is full (stage_next == stage_end): g_empty_heap's
+  // stages nothing.
+  StagedBlock* stage = nullptr;
+  StagedBlock* stage_next = nullptr;
+  StagedBlock* stage_end = nullptr;
+  // Bytes that may still be staged before a send: XALLOC_REMOTE_BATCH
+  // after heap_init and after each send.
+  size_t budget = 0;
+  size_t blocks = 0;  // ever sent (statistics)
+  // While sending: the lists of a slot, one per lane, run head to tail;
+  // `used_slots` has a bit set for each slot that holds a destination.
+  uint32_t used_slots = 0;
+  static_assert(kOutboxSlots <= 32);
+  Heap* dest[kOutboxSlots] = {};
+  FreeBlock* head[kOutboxSlots][kLanes] = {};
+  FreeBlock* tail[kOutboxSlots][kLanes] = {};
+  size_t slot_bytes[kOutboxSlots] = {};
+};
+
+// Pushes the list head..tail onto lane `lane` of `dest`'s inbox; `bytes`
+// counts towards the owner's pending total.
+void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_t bytes);
+
+// Sends `block` alone to `dest` at once: for a thread that is exiting and
+// has no outbox any more.
+void send_one(Heap* dest, FreeBlock* block, size_t bytes);
+
+// Pending inbox bytes past which a sender asks the owner to drain.
+constexpr size_t kDrainRequestBytes = 256 * 1024;
+
+// Sends every staged block to its owner.
+void outbox_flush(Outbox& outbox);
+
+// outbox_add when the stage is full (or is g_empty_heap's).
+void outbox_add_full(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls);
+
+inline bool outbox_pending(const Outbox& outbox) { return outbox.stage_next != outbox.stage; }
+
+// Stages `block` (marked free, of class `cls`, of a slab that `dest`
+// owns); sends everything once XALLOC_REMOTE_BATCH bytes are staged.
+// (Every call is a tail call: the function needs no stack frame.)
+inline void outbox_add(Outbox& outbox, Heap* dest, FreeBlock* block, unsigned cls) {
+  StagedBlock* slot = outbox.stage_next;
+  if (__builtin_expect(slot == outbox.stage_end, 0)) return outbox_add_full(outbox, dest, block, cls);
+  *slot = {block, reinterpret_cast<uintptr_t>(dest) | cls};
+  outbox.stage_next = slot + 1;
+  size_t size = kClassSize[cls];
+  if (__builtin_expect(size >= outbox.budget, 0)) return outbox_flush(outbox);
+  outbox.budget -= size;
+}
+
+}  // namespace xalloc

@@ -1,0 +1,26 @@
+#include "support/counters.h"
+
+#include "base/config.h"
+
+namespace xalloc::stats {
+
+XALLOC_STARTUP_DATA constinit Global g_global;
+
+namespace {
+
+void raise_peak(std::atomic<size_t>& peak, size_t now) {
+  size_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+void note_slab_created(unsigned cls) {
+  raise_peak(g_global.peak_slabs[cls], g_global.slabs[cls].fetch_add(1, std::memory_order_relaxed) + 1);
+  note_in_use();
+}
+
+void note_in_use() { raise_peak(g_global.peak_in_use, in_use_bytes()); }
+
+}  // namespace xalloc::stats
