@@ -7,6 +7,7 @@
 #include "frontend/alloc.h"
 #include "api/entry_points.h"
 #include "frontend/heap.h"
+#include "frontend/heap_upkeep.h"
 #include "frontend/thread_registry.h"
 
 using namespace xalloc;

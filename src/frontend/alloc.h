@@ -12,6 +12,8 @@
 
 #include "base/config.h"
 #include "frontend/heap.h"
+#include "frontend/quarantine.h"
+#include "frontend/refill.h"
 #include "meta/page.h"
 #include "support/report.h"
 #include "backend/segment.h"

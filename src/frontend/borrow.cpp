@@ -3,29 +3,18 @@
 #include <atomic>
 #include <cstdint>
 
-#include "support/debug.h"
-#include "frontend/heap.h"
-#include "diag/heap_profiler.h"
-#include "support/options.h"
-#include "platform/os.h"
-#include "frontend/remote_free.h"
 #include "backend/segment.h"
-#include "frontend/thread_registry.h"
+#include "diag/heap_profiler.h"
+#include "frontend/heap.h"
+#include "frontend/inbox.h"
+#include "frontend/outbox.h"
+#include "platform/os.h"
+#include "support/debug.h"
+#include "support/options.h"
 
 namespace xalloc {
 
 namespace {
-
-// Heaps asked to drain, one slot each by address (a later one takes the
-// slot of an earlier): hints, checked before use. Heaps are never unmapped,
-// so reading a stale one is safe.
-constexpr size_t kStalledSlots = 8;
-static_assert(kStalledSlots == 8, "stalled_slot takes the top 3 bits of a hash");
-std::atomic<Heap*> g_stalled[kStalledSlots];
-
-size_t stalled_slot(const Heap* heap) {
-  return static_cast<size_t>(((reinterpret_cast<uintptr_t>(heap) >> 6) * 0x9E3779B97F4A7C15ull) >> 61);
-}
 
 bool may_borrow(const Heap* heap) {
   return g_options.borrow && !secure::kEnabled && !prof::watching() && !prof::windowed() && !heap->young &&
@@ -121,11 +110,6 @@ void uncount_pending(Heap* owner, size_t bytes) {
 }  // namespace
 
 static_assert(kNumClasses <= 64, "borrow_from_stalled keeps a bit per class");
-
-// (Only with the option on: the slots are shared by every thread.)
-void note_stalled(Heap* heap) {
-  if (g_options.borrow) g_stalled[stalled_slot(heap)].store(heap, std::memory_order_relaxed);
-}
 
 bool borrow_from_stalled(Heap* heap, unsigned cls) {
   if (!may_borrow(heap)) return false;

@@ -55,15 +55,6 @@ constexpr size_t kBorrowBytes = 256 * 1024;
 // borrowed from.
 constexpr uint32_t kBorrowPause = 16;
 
-// A heap is stalled when it has been asked to drain and senders have sent
-// it this much (since its last drain) without it draining: an owner that
-// is running answers the request at its next small malloc, long before.
-constexpr size_t kStalledBytes = 2 * kDrainRequestBytes;
-
-// The sender whose push takes `heap`'s pending bytes past kStalledBytes
-// calls this (inbox_push); nothing happens unless XALLOC_BORROW is on.
-void note_stalled(Heap* heap);
-
 // Borrows from a stalled heap's inbox for `heap`, which has no slab with a
 // free block for `cls`. True when the class's borrowed list now has a
 // block. Points the direct and serving tables of every class it took

@@ -254,89 +254,17 @@ inline bool borrowed_list_ran_dry(const Heap* heap, unsigned cls) {
          heap->borrowed->list[cls].free == nullptr;
 }
 
-// The refill most slow paths of a busy class come for, kept short: its
-// current slab is used up and another of its slabs has free blocks again
-// (random replacement spreads a class's live blocks over a few slabs, and
-// the current one runs out every few allocations). Null when anything else
-// is due - a drain to answer, blocks in the inbox, the heap's periodic work,
-// a young heap, borrowed blocks, watched allocations, a slab to carve -
-// which heap_alloc_slow's general path does.
-void* heap_switch_slab(Heap* heap, unsigned cls);
+// The young heap's class for small class `cls` (Heap::young).
+unsigned young_class(unsigned cls);
+// Points the tables that serve `cls` at `page` (or at what stands in for
+// it: the profiler's window, g_empty_page while allocations are watched,
+// the borrowed list) and makes it the class's current slab.
+void heap_set_current(Heap* heap, unsigned cls, Page* page);
+// Points the direct table at the current slabs again.
+void direct_table_restore(Heap* heap);
+// From now on each small size gets its own class (Heap::young).
+void heap_grow_up(Heap* heap);
 
-// Slow paths of the inline fast paths in alloc.h.
-// `from_direct`: called by alloc() for a small size (watched allocations
-// are counted and sampled there).
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false);
-void heap_on_needed_zero(Heap* heap, Page* page);
-
-// Frees `block`, a checked and marked block of `page`, which `heap` owns,
-// for real: back on the slab's free list, and the slab's slow path when
-// that was the free it waited for. (`link_secret` as for slab_push.)
-XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
-                                   uintptr_t link_secret = secure::g_secrets.link) {
-  slab_push(page, block, link_secret);
-  if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
-}
-
-// A zeroed block of class `cls`: blocks carved from memory fresh from the
-// OS are already zero but for the free-list words carving wrote.
-void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);
-
-// True when other threads have sent blocks that are not drained yet.
-inline bool inbox_pending(const Heap* heap) {
-  uintptr_t any = 0;  // the lanes ORed together: no branch per lane
-#pragma GCC unroll 8
-  for (const std::atomic<FreeBlock*>& lane : heap->inbox)
-    any |= reinterpret_cast<uintptr_t>(lane.load(std::memory_order_relaxed));
-  return any != 0;
-}
-
-// Takes every lane of `heap`'s inbox into `lists`; returns how many were
-// not empty. acq_rel: see the senders' links, and let a sender that pushes
-// after this see whether the heap was orphaned (thread_heap_teardown).
-inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
-  size_t active = 0;
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
-    if (lists[lane] != nullptr) ++active;
-  }
-  return active;
-}
-
-// Returns inbox blocks to their slabs.
-void heap_drain_inbox(Heap* heap);
-// The owner's drain before it allocates: in secure mode the blocks wait in
-// the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.
-void heap_drain_inbox_for_reuse(Heap* heap);
-
-// Secure mode: `block`, a checked and marked block of `page`, which `heap`
-// owns, waits in the heap's quarantine before it is freed for real.
-void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block);
-XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
-#if XALLOC_SECURE
-  Heap::QuarantineSlot* slot = heap->quarantine_next;
-  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_swap_halves(heap, page, block);
-  *slot = {block, page};
-  heap->quarantine_next = slot + 1;
-#else
-  (void)heap;
-  (void)page;
-  (void)block;
-#endif
-}
-// Frees `block`, a checked and marked block of `page`, which `heap` owns:
-// into the quarantine in secure mode, else back on its slab at once.
-XALLOC_INLINE void heap_free_owned(Heap* heap, Page* page, FreeBlock* block) {
-  if (secure::kEnabled) return quarantine_add(heap, page, block);
-  slab_free_block(heap, page, block);
-}
-
-// Secure mode: really frees every block waiting in the heap's quarantine.
-void quarantine_flush(Heap* heap);
-
-// Hands back everything the heap caches: sends its outbox, drains its inbox,
-// returns empty slabs; slabs with live blocks stay owned.
-void heap_collect(Heap* heap);
 // A heap's kept spans and spare slabs are its thread's, but for the pass
 // that gives back those of a thread that stopped using them
 // (reclaim_idle_kept_memory in large.cpp). Their thread uses them many
@@ -359,21 +287,5 @@ XALLOC_INLINE bool kept_enter(Heap* heap) {
   return false;
 }
 XALLOC_INLINE void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
-
-// Gives every spare slab of `heap` up (its thread, between kept_enter and
-// kept_exit, or the reclaim pass, after its barrier).
-void spares_release_all(Heap* heap);
-// Returns the heap's spare empty slabs and kept spans of large blocks to
-// the span allocator (trim).
-void heap_release_spares(Heap* heap);
-// Counts a slow call of the heap (an allocation that needed more than its
-// slab's free list, or a large block kept); every 16th runs the periodic
-// work: expiring spares and kept spans, sending the outbox, purging memory
-// past its delay.
-void heap_tick(Heap* heap);
-// The process-wide part of the periodic work, also the background purger's
-// (thread_registry.cpp): idle pooled slabs, spans of idle threads, and
-// free memory past its delay.
-void purge_idle_memory(uint64_t now_ms);
 
 }  // namespace xalloc

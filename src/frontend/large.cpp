@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "frontend/alloc.h"
+#include "frontend/heap_slabs.h"
+#include "frontend/heap_upkeep.h"
 #include "support/emergency_heap.h"
 #include "diag/heap_profiler.h"
 #include "support/options.h"

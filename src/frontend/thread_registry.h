@@ -1,5 +1,7 @@
-// The lives of thread heaps: process start-up, a heap per thread, orphans
-// of exited threads, and fork().
+// The registry of thread heaps: a heap per thread, created or adopted at
+// its first allocation; orphans of exited threads, adopted by new ones; the
+// heap shared by threads past their heap's teardown. Process start-up,
+// thread exit and fork() are in process.cpp.
 #pragma once
 
 #include <atomic>
@@ -10,12 +12,16 @@
 namespace xalloc {
 
 // Runs once, on the first allocation of the process (of any size): reads
-// the options, creates the thread-exit key, registers the fork handlers.
+// the options, creates the thread-exit key, registers the fork handlers
+// (process.cpp).
 void process_init();
 extern std::atomic<bool> g_process_ready;
 inline void ensure_process_init() {
   if (__builtin_expect(!g_process_ready.load(std::memory_order_acquire), 0)) process_init();
 }
+
+// At start-up: `teardown` runs at each thread's exit with its heap.
+void registry_init(void (*teardown)(void*));
 
 // Heaps owned by live threads (adopted and not yet torn down); written
 // under the registry lock.
@@ -24,29 +30,37 @@ inline uint32_t live_heap_count() { return g_live_heaps.load(std::memory_order_r
 
 // The calling thread's heap, created or adopted now if it has none. Null
 // when the OS has no memory for a heap, and for a thread whose heap is
-// already torn down (see late_alloc).
+// already torn down (see with_late_heap).
 Heap* thread_heap_acquire();
 
 // True once the calling thread's pthread key destructor has run: the
 // thread is exiting, and gets no heap of its own again.
 bool thread_heap_torn_down();
 
-// A block of class `cls` for a thread past its heap's teardown, from a heap
-// shared by all such threads (under a lock: they are rare); null when the
-// OS has no memory.
-void* late_alloc(unsigned cls);
+// The exiting thread's heap becomes an orphan: `final_drain` runs on it
+// under its orphan lock once senders may see it orphaned.
+void orphan_heap(Heap* heap, void (*final_drain)(Heap*));
 
-// Drains the inbox of `heap` if its thread has exited: called by the thread
-// that just sent it blocks, so slabs of exited threads still empty out and
-// return even when no thread is created to adopt them.
-void orphan_collect(Heap* heap);
-// Drains every orphan's inbox (malloc_trim).
-void orphans_collect_all();
+// Threads past their heap's teardown (other libraries' key destructors run
+// after xalloc's, possibly in glibc's last round) share one heap, an
+// orphan from the start: runs fn(that heap, cls) under the registry lock
+// and its orphan lock, creating it first when `create` (null when there is
+// none, or no memory for it).
+void* with_late_heap(void* (*fn)(Heap*, unsigned), unsigned cls, bool create);
+
+// Calls fn(orphan) for every orphan, under the registry lock (malloc_trim).
+void for_each_orphan(void (*fn)(Heap*));
 
 // Calls fn(heap) for every heap ever created (racy reads of their counters).
 template <typename Fn>
 void for_each_heap(Fn fn);
 Heap* registry_first();
+
+// fork(): the registry's lock and every heap's orphan lock are held across
+// it; in the child only the forking thread's heap stays in use.
+void registry_lock_for_fork();
+void registry_unlock_after_fork_parent();
+void registry_reset_after_fork_child();
 
 }  // namespace xalloc
 

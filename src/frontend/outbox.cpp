@@ -1,8 +1,8 @@
-#include "frontend/remote_free.h"
+#include "frontend/outbox.h"
 
 #include <bit>
 
-#include "frontend/borrow.h"
+#include "frontend/inbox.h"
 #include "frontend/heap.h"
 #include "support/options.h"
 #include "frontend/thread_registry.h"

@@ -1,0 +1,365 @@
+#include "frontend/heap_slabs.h"
+
+#include <array>
+#include <bit>
+
+#include "backend/slab_pool.h"
+#include "backend/span_allocator.h"
+#include "frontend/thread_registry.h"
+#include "support/counters.h"
+#include "support/debug.h"
+
+namespace xalloc {
+
+namespace {
+
+// Carving writes at most this many bytes of fresh blocks at a time, so a
+// slab's memory is touched only as it is used. Secure mode carves one page
+// per shuffle run (carve_shuffled).
+constexpr size_t kShuffleRuns = 4;
+constexpr size_t kCarveBytes = secure::kEnabled ? kShuffleRuns * kOsPageSize : kOsPageSize;
+
+void partial_push(Heap* heap, Page* page) {
+  Page*& head = heap->partial[page->size_class];
+  page->prev = nullptr;
+  page->next = head;
+  if (head != nullptr) head->prev = page;
+  head = page;
+  page->set_state(SlabState::kPartial);
+}
+
+void partial_remove(Heap* heap, Page* page) {
+  if (page->prev != nullptr) page->prev->next = page->next;
+  else heap->partial[page->size_class] = page->next;
+  if (page->next != nullptr) page->next->prev = page->prev;
+  page->next = page->prev = nullptr;
+  page->set_state(SlabState::kDetached);
+}
+
+// Secure mode's carve: the batch is cut into kShuffleRuns runs of
+// consecutive blocks, about a page each, and each next block of the list
+// is the head of a run picked at random (the next non-empty run from there
+// when it is empty). Every pick is a fresh random number, so the addresses
+// handed out so far do not tell the next one: it is one of up to four. (A
+// random stride through the batch, used before, was known after two.) Each
+// run is walked forward within its own page, a stream the processor's
+// prefetcher follows page by page; with eight runs, or four runs within one
+// page, a program walking its blocks in allocation order outran the
+// prefetcher's streams (rbstress-1, full size: 1.9x the default build's
+// time with the stride, 1.5x with four page runs, 1.7x with six, 1.6x with
+// four half-page runs; 1.2x unshuffled). Returns the batch's first block,
+// linked in front of the slab's free list.
+FreeBlock* carve_shuffled(Page* page, uintptr_t first, size_t count, size_t size) {
+  unsigned runs = static_cast<unsigned>(count < kShuffleRuns ? count : kShuffleRuns);
+  std::array<uintptr_t, kShuffleRuns> head{};
+  std::array<uintptr_t, kShuffleRuns> end{};
+  for (unsigned j = 0; j < runs; ++j) {
+    head[j] = first + (count * j / runs) * size;
+    end[j] = first + (count * (j + 1) / runs) * size;
+  }
+  uint32_t nonempty = (uint32_t{1} << runs) - 1;
+  uintptr_t marker_secret = secure::g_secrets.marker;
+  bool canary_in_tail = !canary_is_marker_word(page);
+  FreeBlock* list = nullptr;
+  FreeBlock* tail = nullptr;
+  uint64_t random = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (i % 8 == 0) random = secure::next_random();
+    unsigned pick = static_cast<unsigned>(((random & 0xff) * runs) >> 8);
+    random >>= 8;
+    uint32_t rotated = (nonempty >> pick) | (nonempty << (runs - pick));
+    unsigned j = (pick + static_cast<unsigned>(std::countr_zero(rotated))) % runs;
+    auto* block = reinterpret_cast<FreeBlock*>(head[j]);
+    head[j] += size;
+    if (head[j] == end[j]) nonempty &= ~(uint32_t{1} << j);
+    block->marker = XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0;
+    if (canary_in_tail) write_canary(page, block);
+    if (tail != nullptr) set_next_free(page, tail, block);
+    else list = block;
+    tail = block;
+  }
+  set_next_free(page, tail, page->free);
+  return list;
+}
+
+// The default carve: the batch linked back to front, so the list runs in
+// address order. Returns its first block, linked in front of the slab's
+// free list.
+FreeBlock* carve_in_order(Page* page, uintptr_t first, size_t count, size_t size) {
+  FreeBlock* next = page->free;
+  uintptr_t marker_secret = secure::g_secrets.marker;
+  for (uintptr_t address = first + (count - 1) * size;; address -= size) {
+    auto* block = reinterpret_cast<FreeBlock*>(address);
+    *block = FreeBlock{next, XALLOC_MISUSE_CHECKS ? free_marker(block, marker_secret) : 0};
+    next = block;
+    if (address == first) break;
+  }
+  return next;
+}
+
+}  // namespace
+
+void slab_carve(Page* page) {
+  size_t size = page->block_size();
+  size_t count = kCarveBytes / size;
+  if (count == 0) count = 1;
+  uint32_t carved = page->carved_bytes();
+  size_t left_bytes = size_t{page->capacity()} * size - carved;
+  if (count * size > left_bytes) count = left_bytes / size;
+  uintptr_t first = page->start + carved;
+  page->free = secure::kEnabled ? carve_shuffled(page, first, count, size) : carve_in_order(page, first, count, size);
+  page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
+}
+
+// A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
+Page* slab_adopt(Heap* heap, Page* page) {
+  page->owner = heap;
+  page->set_state(SlabState::kDetached);
+  stats::add(stats::g_global.slab_in_use, page->span_bytes());
+  stats::note_slab_created(page->size_class);
+  return page;
+}
+
+// Makes `page`, a span `cls`'s slabs long, a fresh slab of `cls` for
+// `heap`: nothing carved yet.
+Page* slab_format(Heap* heap, Page* page, unsigned cls, bool is_zero) {
+  page->free = nullptr;
+  page->needed = 0;
+  page->size_class = static_cast<uint8_t>(cls);
+  page->block_bytes = kClassInfo[cls].size;
+  page->is_zero = is_zero ? 1 : 0;
+  page->div_magic = kClassInfo[cls].div_magic;
+  page->set_carved_bytes(0);
+  return slab_adopt(heap, page);
+}
+
+// A new slab of `cls`: an empty one of another class from the pool, whose
+// memory would otherwise wait there unused, or a span from the span
+// allocator.
+Page* slab_create(Heap* heap, unsigned cls) {
+  size_t slices = kClassInfo[cls].slices;
+  if (Page* page = slab_pool::take_any_of_length(slices)) return slab_format(heap, page, cls, false);
+  bool is_zero = false;
+  Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero);
+  if (page == nullptr) return nullptr;
+  return slab_format(heap, page, cls, is_zero);
+}
+
+namespace {
+
+// An empty slab leaves its heap: to the pool, its free list intact, or
+// back to the span allocator when the pool is full.
+void slab_release(Heap* heap, Page* page) {
+  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
+  page->owner = nullptr;
+  page->set_state(SlabState::kDetached);
+  stats::sub(stats::g_global.slab_in_use, page->span_bytes());
+  stats::sub(stats::g_global.slabs[page->size_class], 1);
+  if (slab_pool::put(page)) return;
+  page->free = nullptr;
+  g_spans.release(page);
+}
+
+// Spare slabs (heap.h): at most kMaxSpareSlices slices' worth per heap (1
+// MiB), each for at most kSpareLifetime slow paths unused. A thread that
+// replaces random blocks of a working set empties a slab of a class whose
+// slabs hold 4-7 blocks every few hundred slow paths: kept for 64, of one
+// slice only and four at most, they went to the shared pool and were
+// taken back from it, each under the class's lock (glibc-thread with 16
+// threads: 119,600 slabs pooled, 86,000 of them spares expired; with these
+// bounds 42,500). Once more threads live than kSpareSlicesAllHeaps holds
+// at that size, each keeps its share, and never less than kMinSpareSlices
+// (the four one-slice slabs of before): a thousand threads do not keep a
+// gigabyte of empty slabs.
+constexpr uint32_t kMaxSpareSlices = 16;
+constexpr uint32_t kSpareSlicesAllHeaps = 32 * kMaxSpareSlices;  // 32 MiB
+constexpr uint32_t kMinSpareSlices = 4;
+constexpr uint32_t kSpareLifetime = 256;
+
+// (The spare functions run between kept_enter and kept_exit, or in the
+// reclaim pass after its barrier: heap.h.)
+Page* spare_take(Heap* heap, unsigned cls) {
+  Page* page = heap->spare[cls];
+  heap->spare[cls] = page->next;
+  if (page->next == nullptr)
+    heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) & ~(uint64_t{1} << cls),
+                              std::memory_order_relaxed);
+  page->next = nullptr;
+  heap->spare_slices.store(heap->spare_slices.load(std::memory_order_relaxed) - page->slice_count,
+                           std::memory_order_relaxed);
+  return page;
+}
+
+void spares_release(Heap* heap, unsigned cls) {
+  while (heap->spare[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
+}
+
+// A spare kept or taken: what the reclaim pass looks at to tell a heap
+// that has stopped using its spares.
+void note_spare_change(Heap* heap) {
+  heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void spare_keep(Heap* heap, Page* page) {
+  unsigned cls = page->size_class;
+  page->set_state(SlabState::kDetached);
+  page->next = heap->spare[cls];
+  heap->spare[cls] = page;
+  heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) | uint64_t{1} << cls,
+                            std::memory_order_relaxed);
+  heap->spare_since[cls] = heap->slow_calls;
+  heap->spare_slices.store(heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count,
+                           std::memory_order_relaxed);
+  note_spare_change(heap);
+}
+
+uint32_t spare_slice_budget() {
+  uint32_t live = live_heap_count();
+  if (live <= kSpareSlicesAllHeaps / kMaxSpareSlices) return kMaxSpareSlices;
+  uint32_t share = kSpareSlicesAllHeaps / live;
+  return share > kMinSpareSlices ? share : kMinSpareSlices;
+}
+
+// A slab of `heap` whose last block came back (not its class's current
+// slab, and already off the partial list): kept as its class's spare when
+// there is room, so that the next refill of the class reuses it as it is.
+void slab_empty(Heap* heap, Page* page) {
+  if (heap->state.load(std::memory_order_relaxed) == HeapState::kActive && kept_enter(heap)) {
+    bool room = heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count <= spare_slice_budget();
+    if (room) spare_keep(heap, page);
+    kept_exit(heap);
+    if (room) return;
+  }
+  slab_release(heap, page);
+}
+
+}  // namespace
+
+// A spare of class `cls`, or null (none, or claimed by the reclaim pass).
+Page* spare_reuse(Heap* heap, unsigned cls) {
+  if (heap->spare_classes.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return nullptr;
+  Page* page = nullptr;
+  if (heap->spare[cls] != nullptr) {
+    page = spare_take(heap, cls);
+    note_spare_change(heap);
+  }
+  kept_exit(heap);
+  return page;
+}
+
+// A class's current slab stays with its heap while the class is in use,
+// even when all its blocks are free. One that is empty and whose class has
+// taken no slow path for kCurrentLifetime of the heap's slow calls goes to the
+// slab pool (and from there back to the OS if no thread takes it): a thread
+// that used many sizes once (start-up, a burst) and went on with a few
+// does not keep a slab of every size it ever used. A class still in use
+// through its fast path alone gets a slab again at its next slow path.
+void current_slabs_expire(Heap* heap) {
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    Page* page = heap->current[cls];
+    if (page == &g_empty_page || page->needed != kCurrentBias ||
+        heap->slow_calls - heap->class_slow_at[cls] < kCurrentLifetime)
+      continue;
+    heap_set_current(heap, cls, &g_empty_page);
+    page->needed = 0;
+    page->set_state(SlabState::kDetached);
+    slab_release(heap, page);
+  }
+}
+
+void spares_expire(Heap* heap) {
+  if (!kept_enter(heap)) return;
+  XALLOC_DEBUG_ONLY(for (unsigned cls = 0; cls < kNumClasses; ++cls) XALLOC_CHECK(
+                        (heap->spare[cls] != nullptr) == ((heap->spare_classes.load() >> cls & 1) != 0)));
+  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1) {
+    auto cls = static_cast<unsigned>(__builtin_ctzll(classes));
+    if (heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime) spares_release(heap, cls);
+  }
+  kept_exit(heap);
+}
+
+// A slab with every block in use sleeps until enough of them come back.
+void file_full(Page* page) {
+  page->needed = wake_threshold(page->capacity());
+  page->set_state(SlabState::kFull);
+}
+
+// The current slab has no block left to hand out.
+void retire_current(Heap* heap, unsigned cls, Page* page) {
+  XALLOC_CHECK(page->free == nullptr && page->fully_carved());
+  XALLOC_CHECK(page->needed == kCurrentBias + page->capacity());
+  heap_set_current(heap, cls, &g_empty_page);
+  file_full(page);
+}
+
+void make_current(Heap* heap, unsigned cls, Page* page) {
+  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
+  else page->needed = 0;  // a new slab
+  page->needed += kCurrentBias;
+  page->set_state(SlabState::kCurrent);
+  heap_set_current(heap, cls, page);
+}
+
+// Files a slab that stopped being current; `needed` holds its blocks in use.
+void settle_uncurrent(Heap* heap, Page* page) {
+  if (page->needed == 0) {
+    slab_release(heap, page);
+  } else if (page->free == nullptr && page->fully_carved()) {
+    file_full(page);  // no free block and nothing left to carve
+  } else {
+    partial_push(heap, page);
+  }
+}
+
+void heap_on_needed_zero(Heap* heap, Page* page) {
+  switch (page->state()) {
+    case SlabState::kPartial:
+      partial_remove(heap, page);
+      slab_empty(heap, page);  // every block is free
+      break;
+    case SlabState::kFull: {
+      uint32_t in_use = page->capacity() - wake_threshold(page->capacity());
+      if (in_use == 0) {
+        page->set_state(SlabState::kDetached);
+        slab_empty(heap, page);
+      } else {
+        page->needed = in_use;
+        partial_push(heap, page);
+      }
+      break;
+    }
+    default:
+      report::fatal("internal error: slab %p reached zero in state %u", reinterpret_cast<void*>(page->start),
+                    static_cast<unsigned>(page->state()));
+  }
+}
+
+void spares_release_all(Heap* heap) {
+  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1)
+    spares_release(heap, static_cast<unsigned>(__builtin_ctzll(classes)));
+}
+
+#if defined(XALLOC_DEBUG_CHECKS)
+void check_slab(const Heap* heap, const Page* page) {
+  XALLOC_CHECK(page->kind() == PageKind::kSlab);
+  XALLOC_CHECK(page->owner == heap);
+  XALLOC_CHECK(page->carved_bytes() % page->block_size() == 0 && page->carved() <= page->capacity());
+  size_t free_count = 0;
+  for (FreeBlock* b = page->free; b != nullptr; b = next_free(page, b)) {
+    auto a = reinterpret_cast<uintptr_t>(b);
+    XALLOC_CHECK(is_carved_block_start(page, a, page->carved_limit_now()));
+    XALLOC_CHECK(!XALLOC_MISUSE_CHECKS || b->marker == free_marker(b));
+    XALLOC_CHECK(++free_count <= page->carved());
+  }
+  uint32_t used = static_cast<uint32_t>(page->carved() - free_count);
+  switch (page->state()) {
+    case SlabState::kCurrent: XALLOC_CHECK(page->needed >= kCurrentBias + used); break;
+    case SlabState::kPartial: XALLOC_CHECK(page->needed >= used); break;  // inbox blocks count as used
+    case SlabState::kFull: XALLOC_CHECK(page->needed >= 1 && page->needed <= wake_threshold(page->capacity())); break;
+    default: XALLOC_CHECK(false);
+  }
+}
+#endif
+
+
+}  // namespace xalloc

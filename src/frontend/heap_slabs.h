@@ -1,0 +1,56 @@
+// The slabs of a heap: carving their blocks, their life cycle (current,
+// partial, full, empty), spare empty slabs kept for reuse, and their
+// return to the slab pool or the span allocator.
+#pragma once
+
+#include <cstdint>
+
+#include "frontend/heap.h"
+#include "meta/slab.h"
+
+namespace xalloc {
+
+// An empty current slab of a class that has taken no slow path for this
+// many of its heap's slow calls leaves the heap (current_slabs_expire).
+constexpr uint32_t kCurrentLifetime = 256;
+static_assert((kCurrentLifetime & (kCurrentLifetime - 1)) == 0, "heap_periodic masks slow_calls with it");
+
+void heap_on_needed_zero(Heap* heap, Page* page);
+
+// Frees `block`, a checked and marked block of `page`, which `heap` owns,
+// for real: back on the slab's free list, and the slab's slow path when
+// that was the free it waited for. (`link_secret` as for slab_push.)
+XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
+                                   uintptr_t link_secret = secure::g_secrets.link) {
+  slab_push(page, block, link_secret);
+  if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
+}
+
+// Carves the next batch of `page`'s blocks onto its free list.
+void slab_carve(Page* page);
+// A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
+Page* slab_adopt(Heap* heap, Page* page);
+// A new slab of `cls`, or null when the OS has no memory.
+Page* slab_create(Heap* heap, unsigned cls);
+// A spare of class `cls`, or null (none, or claimed by the reclaim pass).
+Page* spare_reuse(Heap* heap, unsigned cls);
+// Lets go of empty current slabs of classes unused for a while, and of
+// spares past their lifetime (the heap's periodic work).
+void current_slabs_expire(Heap* heap);
+void spares_expire(Heap* heap);
+// A slab with every block in use sleeps until enough of them come back.
+void file_full(Page* page);
+// The current slab has no block left to hand out.
+void retire_current(Heap* heap, unsigned cls, Page* page);
+void make_current(Heap* heap, unsigned cls, Page* page);
+// Files a slab that stopped being current; `needed` holds its blocks in use.
+void settle_uncurrent(Heap* heap, Page* page);
+// Gives every spare slab of `heap` up (its thread, between kept_enter and
+// kept_exit, or the reclaim pass, after its barrier).
+void spares_release_all(Heap* heap);
+#if defined(XALLOC_DEBUG_CHECKS)
+// Validates a slab of `heap` (debug builds).
+void check_slab(const Heap* heap, const Page* page);
+#endif
+
+}  // namespace xalloc

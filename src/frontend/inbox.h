@@ -1,0 +1,54 @@
+// A heap's inbox: the receiving side of cross-thread frees
+// (remote_free.h). Other threads push lists of blocks; the owner takes
+// them all with one exchange per lane and returns them to their slabs.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include "frontend/heap.h"
+
+namespace xalloc {
+
+// True when other threads have sent blocks that are not drained yet.
+inline bool inbox_pending(const Heap* heap) {
+  uintptr_t any = 0;  // the lanes ORed together: no branch per lane
+#pragma GCC unroll 8
+  for (const std::atomic<FreeBlock*>& lane : heap->inbox)
+    any |= reinterpret_cast<uintptr_t>(lane.load(std::memory_order_relaxed));
+  return any != 0;
+}
+
+// Takes every lane of `heap`'s inbox into `lists`; returns how many were
+// not empty. acq_rel: see the senders' links, and let a sender that pushes
+// after this see whether the heap was orphaned (thread_heap_teardown).
+inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
+  size_t active = 0;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
+    if (lists[lane] != nullptr) ++active;
+  }
+  return active;
+}
+
+// Returns inbox blocks to their slabs.
+void heap_drain_inbox(Heap* heap);
+// The owner's drain before it allocates: in secure mode the blocks wait in
+// the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.
+void heap_drain_inbox_for_reuse(Heap* heap);
+
+// Heaps asked to drain, one slot each by address (a later one takes the
+// slot of an earlier): hints for borrowing (borrow.h), checked before use.
+// Heaps are never unmapped, so reading a stale one is safe.
+constexpr size_t kStalledSlots = 8;
+extern std::atomic<Heap*> g_stalled[kStalledSlots];
+// The sender whose push takes `heap`'s pending bytes past kStalledBytes
+// calls this (inbox_push); nothing happens unless XALLOC_BORROW is on.
+void note_stalled(Heap* heap);
+
+// Drains the inbox of `heap` if its thread has exited: called by the thread
+// that just sent it blocks, so slabs of exited threads still empty out and
+// return even when no thread is created to adopt them.
+void orphan_collect(Heap* heap);
+
+}  // namespace xalloc
