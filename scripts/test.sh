@@ -2,7 +2,7 @@
 # The xalloc test command (what CI runs through .ci/run).
 #
 # On a fresh Debian 12 machine, as root, it does all the set-up itself:
-#   1. scripts/install-deps.sh test
+#   1. scripts/install-deps.sh test, then the layer check (tools/check_layers.py)
 #   2. Release build (build/) and its whole test suite (unit, shim, static, e2e),
 #      then its core, feature and shim tests with XALLOC_COMMIT_ON_DEMAND=1
 #   3. ThreadSanitizer build (build-tsan/, XALLOC_SANITIZE=thread) and its tests
@@ -141,6 +141,13 @@ install_deps() {
   bash "$root/scripts/install-deps.sh" test
 }
 step "dependencies (scripts/install-deps.sh test)" install_deps
+
+# --- structure ----------------------------------------------------------------
+
+# Every include in src/, shim/ and include/ runs down the layers
+# (docs/design.md), no two modules include each other, no file is over 600
+# lines.
+step "structure: layers and includes (tools/check_layers.py)" python3 "$root/tools/check_layers.py" --stats
 
 # --- 2. Release ---------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <new>
 
+#include "api/entry_points.h"
 #include "frontend/alloc.h"
 #include "support/report.h"
 
@@ -47,7 +48,7 @@ using namespace xalloc;
 
 namespace {
 
-bool valid_alignment(size_t alignment) { return alignment != 0 && (alignment & (alignment - 1)) == 0; }
+bool valid_alignment(size_t alignment) { return entry::is_power_of_two(alignment); }
 
 [[noreturn]] XALLOC_NOINLINE void throw_bad_alloc() {
   if (&std::__throw_bad_alloc != nullptr) {

@@ -40,6 +40,10 @@ XALLOC_API int xalloc_trim(size_t) noexcept { return trim() != 0 ? 1 : 0; }
 XALLOC_API void xalloc_thread_collect(void) noexcept {
   if (t_heap != &g_empty_heap) heap_collect(t_heap);
 }
-XALLOC_API const char* xalloc_version(void) noexcept { return "0.1.0"; }
+#define XALLOC_STRINGIFY(x) #x
+#define XALLOC_VERSION_TEXT(major, minor, patch) XALLOC_STRINGIFY(major) "." XALLOC_STRINGIFY(minor) "." XALLOC_STRINGIFY(patch)
+XALLOC_API const char* xalloc_version(void) noexcept {
+  return XALLOC_VERSION_TEXT(XALLOC_VERSION_MAJOR, XALLOC_VERSION_MINOR, XALLOC_VERSION_PATCH);
+}
 
 }  // extern "C"

@@ -11,6 +11,7 @@
 #include "support/emergency_heap.h"
 #include "frontend/sampling.h"
 #include "frontend/large.h"
+#include "support/fail.h"
 #include "support/options.h"
 #include "frontend/heap_upkeep.h"
 #include "frontend/inbox.h"
@@ -23,11 +24,6 @@
 namespace xalloc {
 
 namespace {
-
-void* fail_enomem() {
-  errno = ENOMEM;
-  return nullptr;
-}
 
 // The huge segment of which `address` lies in a later granule (a rare
 // lookup: an interior pointer past a huge block's first 32 MiB); null if

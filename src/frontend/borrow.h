@@ -30,11 +30,9 @@
 // that blocks do not circle between threads that take turns.
 //
 // Off by default: a borrowed block stays a cross-thread block at every
-// later free, and those cost more than local ones. Measured on 2 cores
-// (bench/run.py --quick, 3 runs, xalloc-borrow against xalloc):
-// geometric-mean time 1.002x, peak RSS 0.943x; rptest 0.84x time and 0.49x
-// RSS, sh8bench 0.68x and 0.40x, Ruby with 8 threads 1.03x and 0.86x, but
-// larson 1.17x and xmalloc-test 1.59x time. Not in secure mode, whose
+// later free, and those cost more than local ones (on 2 cores: peak RSS
+// 0.94x over the quick suite, rptest 0.49x, but larson 1.17x and
+// xmalloc-test 1.59x the time: docs/memory.md). Not in secure mode, whose
 // blocks wait in their owner's quarantine, nor while statistics or the
 // profiler count allocations.
 #pragma once

@@ -89,9 +89,9 @@ void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
   heap->outbox.budget = g_options.remote_batch_bytes;
   heap->thread_id = thread_id;
 #if XALLOC_SECURE
-  heap->quarantine_mid = heap->quarantine + std::min<size_t>(g_options.quarantine, secure::kQuarantineDepthMax);
-  heap->quarantine_next = heap->quarantine;
-  heap->quarantine_turn = heap->quarantine_mid;
+  heap->quarantine.mid = heap->quarantine.slots + std::min<size_t>(g_options.quarantine, secure::kQuarantineDepthMax);
+  heap->quarantine.next = heap->quarantine.slots;
+  heap->quarantine.turn = heap->quarantine.mid;
 #endif
   heap->sample_countdown = prof::sample_interval();
   // (Without its windows - no memory for them - the heap samples through

@@ -69,6 +69,30 @@ struct ProfileWindows {
   int64_t countdown[kNumSmallClasses];  // bytes of the class until its next sample
 };
 
+// Secure mode: freed blocks of a heap's slabs (freed by its thread, or by
+// other threads and drained from the inbox) wait here before they can be
+// reused, with their slabs (which cannot change: a slab counts a
+// quarantined block as in use). The ring has two halves of
+// XALLOC_QUARANTINE slots, [slots, mid) and [mid, 2 * mid - slots). Frees
+// fill one half while the other holds the blocks of the lap before; the
+// free that finds the filling half full (next == turn) first frees the
+// other half's blocks for real, in one loop, and fills it next. So every
+// block waits for at least XALLOC_QUARANTINE later frees, and fewer than
+// twice that. With no slots, every free finds next == turn.
+struct Quarantine {
+  struct Slot {
+    FreeBlock* block;
+    Page* page;
+  };
+  // (The release loop reads kLookahead slots ahead: the slots past the
+  // ring stay empty.)
+  static constexpr size_t kLookahead = 4;
+  Slot slots[2 * secure::kQuarantineDepthMax + kLookahead];
+  Slot* next;
+  Slot* turn;
+  Slot* mid;
+};
+
 struct alignas(64) Heap {
   struct EmptyTag {};
   // A heap with no slabs: every slot points at g_empty_page.
@@ -142,28 +166,7 @@ struct alignas(64) Heap {
 
   Outbox outbox;
 #if XALLOC_SECURE
-  // Secure mode: freed blocks of this heap's slabs (freed here, or by other
-  // threads and drained from the inbox) wait here before they can be
-  // reused, with their slabs (which cannot change: a slab counts a
-  // quarantined block as in use). The ring has two halves of
-  // XALLOC_QUARANTINE slots, [quarantine, quarantine_mid) and
-  // [quarantine_mid, 2 * mid - quarantine). Frees fill one half while the
-  // other holds the blocks of the lap before; the free that finds the
-  // filling half full (quarantine_next == quarantine_turn) first frees the
-  // other half's blocks for real, in one loop, and fills it next. So every
-  // block waits for at least XALLOC_QUARANTINE later frees, and fewer than
-  // twice that. With no slots, every free finds next == turn.
-  struct QuarantineSlot {
-    FreeBlock* block;
-    Page* page;
-  };
-  // (The release loop reads kQuarantineLookahead slots ahead: the slots
-  // past the ring stay empty.)
-  static constexpr size_t kQuarantineLookahead = 4;
-  QuarantineSlot quarantine[2 * secure::kQuarantineDepthMax + kQuarantineLookahead];
-  QuarantineSlot* quarantine_next;
-  QuarantineSlot* quarantine_turn;
-  QuarantineSlot* quarantine_mid;
+  Quarantine quarantine;
 #endif
   uint64_t thread_id;
   uint32_t slow_calls;
@@ -221,7 +224,7 @@ constexpr Heap::Heap(EmptyTag)
       borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
       kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
 #if XALLOC_SECURE
-      quarantine{}, quarantine_next(nullptr), quarantine_turn(nullptr), quarantine_mid(nullptr),
+      quarantine{},
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),

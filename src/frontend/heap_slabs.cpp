@@ -40,14 +40,12 @@ void partial_remove(Heap* heap, Page* page) {
 // consecutive blocks, about a page each, and each next block of the list
 // is the head of a run picked at random (the next non-empty run from there
 // when it is empty). Every pick is a fresh random number, so the addresses
-// handed out so far do not tell the next one: it is one of up to four. (A
-// random stride through the batch, used before, was known after two.) Each
-// run is walked forward within its own page, a stream the processor's
-// prefetcher follows page by page; with eight runs, or four runs within one
-// page, a program walking its blocks in allocation order outran the
-// prefetcher's streams (rbstress-1, full size: 1.9x the default build's
-// time with the stride, 1.5x with four page runs, 1.7x with six, 1.6x with
-// four half-page runs; 1.2x unshuffled). Returns the batch's first block,
+// handed out so far do not tell the next one: it is one of up to four (a
+// random stride through the batch is known after two picks). Each run is
+// walked forward within its own page, a stream the processor's prefetcher
+// follows page by page; more runs, or runs within one page, outrun its
+// streams (rbstress-1: 1.5x the default build's time with four page runs,
+// 1.6-1.9x with the alternatives tried). Returns the batch's first block,
 // linked in front of the slab's free list.
 FreeBlock* carve_shuffled(Page* page, uintptr_t first, size_t count, size_t size) {
   unsigned runs = static_cast<unsigned>(count < kShuffleRuns ? count : kShuffleRuns);
@@ -163,14 +161,13 @@ void slab_release(Heap* heap, Page* page) {
 // Spare slabs (heap.h): at most kMaxSpareSlices slices' worth per heap (1
 // MiB), each for at most kSpareLifetime slow paths unused. A thread that
 // replaces random blocks of a working set empties a slab of a class whose
-// slabs hold 4-7 blocks every few hundred slow paths: kept for 64, of one
-// slice only and four at most, they went to the shared pool and were
-// taken back from it, each under the class's lock (glibc-thread with 16
-// threads: 119,600 slabs pooled, 86,000 of them spares expired; with these
-// bounds 42,500). Once more threads live than kSpareSlicesAllHeaps holds
-// at that size, each keeps its share, and never less than kMinSpareSlices
-// (the four one-slice slabs of before): a thousand threads do not keep a
-// gigabyte of empty slabs.
+// slabs hold 4-7 blocks every few hundred slow paths: shorter lives and
+// smaller bounds send such slabs through the shared pool and its class
+// lock (glibc-thread with 16 threads pools 2.8x as many slabs with four
+// one-slice spares living 64 slow paths). Once more threads live than
+// kSpareSlicesAllHeaps holds at that size, each keeps its share, and never
+// less than kMinSpareSlices: a thousand threads do not keep a gigabyte of
+// empty slabs.
 constexpr uint32_t kMaxSpareSlices = 16;
 constexpr uint32_t kSpareSlicesAllHeaps = 32 * kMaxSpareSlices;  // 32 MiB
 constexpr uint32_t kMinSpareSlices = 4;

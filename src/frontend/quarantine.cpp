@@ -11,10 +11,10 @@ namespace {
 // is empty. Their blocks were freed a lap ago and may have left the cache:
 // each is fetched a few slots ahead of its link store (a prefetch of null
 // does nothing).
-void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::QuarantineSlot* to) {
+void quarantine_release(Heap* heap, Quarantine::Slot* from, Quarantine::Slot* to) {
   uintptr_t link_secret = secure::g_secrets.link;
-  for (Heap::QuarantineSlot* slot = from; slot != to; ++slot) {
-    __builtin_prefetch(slot[Heap::kQuarantineLookahead].block, 1);
+  for (Quarantine::Slot* slot = from; slot != to; ++slot) {
+    __builtin_prefetch(slot[Quarantine::kLookahead].block, 1);
     FreeBlock* block = slot->block;
     if (block == nullptr) continue;
     Page* page = slot->page;
@@ -24,8 +24,8 @@ void quarantine_release(Heap* heap, Heap::QuarantineSlot* from, Heap::Quarantine
 }
 
 // The end of the ring's second half.
-Heap::QuarantineSlot* quarantine_end(const Heap* heap) {
-  return heap->quarantine_mid + (heap->quarantine_mid - heap->quarantine);
+Quarantine::Slot* quarantine_end(const Heap* heap) {
+  return heap->quarantine.mid + (heap->quarantine.mid - heap->quarantine.slots);
 }
 
 }  // namespace
@@ -33,36 +33,36 @@ Heap::QuarantineSlot* quarantine_end(const Heap* heap) {
 // The free that finds the filling half full: frees the other half's blocks
 // (a lap old) and fills that half next.
 void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block) {
-  Heap::QuarantineSlot* begin = heap->quarantine;
-  Heap::QuarantineSlot* mid = heap->quarantine_mid;
+  Quarantine::Slot* begin = heap->quarantine.slots;
+  Quarantine::Slot* mid = heap->quarantine.mid;
   if (mid == begin) return slab_free_block(heap, page, block);  // no quarantine
-  Heap::QuarantineSlot* end = quarantine_end(heap);
-  Heap::QuarantineSlot* next = heap->quarantine_next;
+  Quarantine::Slot* end = quarantine_end(heap);
+  Quarantine::Slot* next = heap->quarantine.next;
   if (next == mid) {
     quarantine_release(heap, mid, end);
-    heap->quarantine_turn = end;
+    heap->quarantine.turn = end;
   } else {
     quarantine_release(heap, begin, mid);
     next = begin;
-    heap->quarantine_turn = mid;
+    heap->quarantine.turn = mid;
   }
   *next = {block, page};
-  heap->quarantine_next = next + 1;
+  heap->quarantine.next = next + 1;
 }
 
 void quarantine_flush(Heap* heap) {
-  Heap::QuarantineSlot* begin = heap->quarantine;
-  Heap::QuarantineSlot* mid = heap->quarantine_mid;
-  Heap::QuarantineSlot* end = quarantine_end(heap);
-  Heap::QuarantineSlot* next = heap->quarantine_next;
+  Quarantine::Slot* begin = heap->quarantine.slots;
+  Quarantine::Slot* mid = heap->quarantine.mid;
+  Quarantine::Slot* end = quarantine_end(heap);
+  Quarantine::Slot* next = heap->quarantine.next;
   // The other half, a lap old, then the filling half up to `next` (the
   // slots after it were freed a lap ago).
-  bool filling_first = heap->quarantine_turn == mid;
+  bool filling_first = heap->quarantine.turn == mid;
   quarantine_release(heap, filling_first ? mid : begin, filling_first ? end : mid);
   quarantine_release(heap, filling_first ? begin : mid, next);
-  for (Heap::QuarantineSlot* slot = begin; slot != end; ++slot) *slot = {nullptr, nullptr};
-  heap->quarantine_next = begin;
-  heap->quarantine_turn = mid;
+  for (Quarantine::Slot* slot = begin; slot != end; ++slot) *slot = {nullptr, nullptr};
+  heap->quarantine.next = begin;
+  heap->quarantine.turn = mid;
 }
 #else
 void quarantine_swap_halves(Heap*, Page*, FreeBlock*) {}

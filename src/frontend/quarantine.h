@@ -12,10 +12,10 @@ namespace xalloc {
 void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block);
 XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
 #if XALLOC_SECURE
-  Heap::QuarantineSlot* slot = heap->quarantine_next;
-  if (XALLOC_UNLIKELY(slot == heap->quarantine_turn)) return quarantine_swap_halves(heap, page, block);
+  Quarantine::Slot* slot = heap->quarantine.next;
+  if (XALLOC_UNLIKELY(slot == heap->quarantine.turn)) return quarantine_swap_halves(heap, page, block);
   *slot = {block, page};
-  heap->quarantine_next = slot + 1;
+  heap->quarantine.next = slot + 1;
 #else
   (void)heap;
   (void)page;
