@@ -49,8 +49,8 @@ struct Segment {
   uint64_t committed[kSlicesPerSegment / 64];
   // Slices purged to keep free memory within the dirty budget and not
   // taken again since, as of review period `budget_purge_epoch` of the
-  // span allocator: a span taken over them soon after tells it that the
-  // budget is too tight for the program (span_allocator.cpp).
+  // span allocator's purge policy: a span taken over them soon after tells
+  // it that the budget is too tight for the program (purge_policy.cpp).
   uint64_t budget_purged[kSlicesPerSegment / 64];
   // (A cached huge block: the period its mapping was purged for the budget
   // in, 0 if it was not: large.cpp.)

@@ -1,6 +1,5 @@
 #include "backend/span_allocator.h"
 
-#include <atomic>
 #include <bit>
 
 #include "support/debug.h"
@@ -12,44 +11,7 @@
 
 namespace xalloc {
 
-SpanAllocator g_spans;
-
-namespace {
-
-// The dirty budget's boost (a shift), set under the span allocator's lock
-// by review_budget_locked, read anywhere.
-XALLOC_STARTUP_DATA std::atomic<unsigned> g_budget_boost{0};
-constexpr unsigned kMaxBudgetBoost = 4;
-// Review periods (a tenth of the delay each) of calm before the boost
-// steps down: a whole delay.
-constexpr unsigned kCalmPeriodsPerStep = 10;
-
-}  // namespace
-
-size_t dirty_budget_bytes() {
-  constexpr size_t kMinimum = size_t{4} << 20;
-  size_t share = stats::in_use_bytes() / 100 * g_options.dirty_percent;
-  return (share > kMinimum ? share : kMinimum) << g_budget_boost.load(std::memory_order_relaxed);
-}
-
-unsigned dirty_budget_boost() { return g_budget_boost.load(std::memory_order_relaxed); }
-
-namespace {
-// How far a burst of frees may go beyond the budget before it is given
-// back at once (burst_threshold_bytes); and how far memory in use may fall
-// from its recent peak, in how many spans freed with none taken in
-// between, before the boost is over (SpanAllocator::release).
-constexpr size_t kBurstSlack = size_t{16} << 20;
-constexpr size_t kShrinkingSpans = 16;
-// While shrinking, free memory beyond the allowance is purged in batches
-// of about this much: one system call per span freed would cost free-1g's
-// frees a third more time; in batches, coalesced spans go back together.
-constexpr size_t kShrinkingSlack = size_t{4} << 20;
-}  // namespace
-
-size_t burst_threshold_bytes(size_t budget) {
-  return budget * 2 > budget + kBurstSlack ? budget * 2 : budget + kBurstSlack;
-}
+constinit SpanAllocator g_spans;
 
 namespace {
 
@@ -62,9 +24,7 @@ void purge_pages(const Page* span) { release_pages(span->start, span->span_bytes
 // or given back. An entry is written only when it changes - a span freed
 // and taken again keeps its head, and so its entries - so that a thread
 // taking and freeing a large block over and over does not take the line
-// from the threads freeing into the neighbouring slabs at every call
-// (48-byte pairs beside a thread churning 256 KiB blocks: 6.3 ns, 3.9 ns
-// alone).
+// from the threads freeing into the neighbouring slabs at every call.
 void set_slice(Segment* segment, size_t index, Page* page) {
   if (segment->page_of_slice[index] != page) segment->page_of_slice[index] = page;
 }
@@ -167,8 +127,8 @@ Page* SpanAllocator::take_fitting(size_t slices) {
   if (higher == 0) return nullptr;
   // From the larger bins, the shortest span unless a longer one's front is
   // still resident: taking that faults nothing in, and free memory held
-  // for reuse (dirty_allowance_bytes_locked) is reused before fresh memory
-  // is touched. (Only each bin's head is looked at: the most recently
+  // for reuse (PurgePolicy::dirty_allowance_bytes) is reused before fresh
+  // memory is touched. (Only each bin's head is looked at: the most recently
   // freed of its spans.)
   for (uint32_t rest = higher; rest != 0; rest &= rest - 1) {
     Page* head = bins_[std::countr_zero(rest)];
@@ -187,8 +147,7 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   // fresh mapping holds as zero, i.e. free: the slice map's invariant holds
   // with only the ends pointing at the head, and taking slabs one by one
   // off the front rewrites no entry of the rest (with every entry pointing
-  // at the head, each split rewrote all of them: some 60,000 instructions
-  // for the first 30 slabs of a short-lived process).
+  // at the head, each split would rewrite all of them).
   for (size_t i = kHeaderSlices + 1; i < kSlicesPerSegment - 1; ++i) segment->page_of_slice[i] = &segment->pages[i];
   insert_free(segment, kHeaderSlices, kPayloadSlices, 0, Map::kEnds);
   return segment;
@@ -202,7 +161,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   size_t total = free_span->slice_count;
   if (!segment_commit(segment, first, slices, first + total)) return nullptr;
   remove_free(free_span);
-  note_take_locked(slices);
+  policy_.note_take(slices);
   // Taken from the front, so that a large block can later grow in place.
   if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
 
@@ -243,7 +202,7 @@ void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
-  if (dirty_free_slices_ > peak_dirty_free_slices_) peak_dirty_free_slices_ = dirty_free_slices_;
+  policy_.note_dirty_free(dirty_free_slices_);
   mark_absorbed(span);  // its slices still map to it
   insert_coalesced_locked(segment, first, count, now > idle_ms ? now - idle_ms : 0, count);
 }
@@ -317,40 +276,23 @@ bool SpanAllocator::choose_excess_purges_locked(size_t allowance, uint64_t freed
   return batch.full() && dirty_free_slices_ > allowance;
 }
 
+// The policy judges the release (a shrink? a burst?) by the memory in use
+// without the span and the free memory resident with it.
 bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, PurgeBatch& batch) {
   uint64_t now = os::monotonic_ms();
   LockGuard guard(lock_);
   // (The span's bytes left the count of memory in use just before.)
   size_t in_use = stats::in_use_bytes();
-  note_in_use_locked(in_use + span->span_bytes());
-  ++freed_since_take_spans_;
+  policy_.note_release(in_use + span->span_bytes());
   release_locked(span, now, idle_ms);
   XALLOC_DEBUG_ONLY(check_invariants());
-  // The boost keeps memory for a program that takes back what it frees.
-  // One whose memory in use falls this far, span after span with none
-  // taken, is shrinking - a phase or the whole job is over, and it may
-  // well go idle now, with no call left to run the delayed purge - so the
-  // budget is its own size again and what it frees from now on beyond the
-  // allowance goes back at once, in batches. (A program that churns takes
-  // memory between its frees, or keeps its memory in use level while empty
-  // slabs pass through the slab pool: malloc_large frees one block of up
-  // to 25 MiB before each allocation, realloc_growth one or two of up to 4
-  // MiB.)
-  bool shrinking = false;
-  if (freed_since_take_spans_ >= kShrinkingSpans) {
-    size_t recent_peak = recent_peak_in_use_locked();
-    shrinking = recent_peak > in_use + kBurstSlack && !shrink_is_a_cycle_locked(now, recent_peak);
-  }
-  if (shrinking) end_budget_boost_locked();
+  bool shrinking = policy_.release_shrinks(now, in_use);
   uint64_t next = __atomic_load_n(&next_purge_ms_, __ATOMIC_RELAXED);
   size_t allowance_bytes = dirty_allowance_bytes_locked(now);
   size_t allowance = allowance_bytes >> kSliceShift;
-  // A burst of frees far beyond the allowance (a phase of the program
-  // ended) is given back at once, largest spans first: no later allocation
-  // may come to trigger the delayed purge.
-  size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
-  size_t hard_cap = cap_bytes >> kSliceShift;
-  bool more = dirty_free_slices_ > hard_cap && choose_excess_purges_locked(allowance, kAnyAge, batch);
+  // A burst is given back at once, largest spans first.
+  bool more = PurgePolicy::is_burst(dirty_free_slices_, allowance_bytes, shrinking) &&
+              choose_excess_purges_locked(allowance, kAnyAge, batch);
   if (now >= next) {
     purge_locked(false, now, batch);
   } else if (dirty_free_slices_ > allowance) {
@@ -359,44 +301,6 @@ bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, Purg
     if (soon < next) __atomic_store_n(&next_purge_ms_, soon, __ATOMIC_RELAXED);
   }
   return more;
-}
-
-void SpanAllocator::note_take_locked(size_t slices) {
-  freed_since_take_spans_ = 0;
-  in_shrink_episode_ = false;
-  taken_since_shrink_ += slices << kSliceShift;
-}
-
-// A program that drops its memory and builds it up again within the delay,
-// over and over (a batch of big buffers per request or per item, freed
-// together), is churning, not shrinking: it will take the memory back, and
-// purged, every page of it would be faulted in again at every turn (16
-// blocks of 4 MiB written, freed and taken again: 30 turns took 1.1-1.6 s,
-// against 0.13 s keeping them). The first free that looks like shrinking
-// decides for the whole run of frees up to the next take (an episode): a
-// cycle when, since the decision before, within the delay, the program took
-// back at least half of the peak it then fell from. The first episode is a
-// shrink. A run of frees that comes within the delay of a decision, with
-// less than that taken back since, is the same shrink or cycle resumed:
-// threads that exit one by one while others still work (a pool of workers
-// made anew for every batch) interleave a few takes with their frees, and
-// judged against those few takes alone, every turn of such a cycle was
-// taken for a shrink and purged (mstress: 1.7 GB purged for a peak of 100
-// MiB, a quarter of its time on 16 cores). A cycle keeps its boost and
-// the burst rule (twice the budget and allowance), so memory it holds at
-// the end of its last turn is bounded and goes back at the next call or
-// with the background purger.
-bool SpanAllocator::shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak) {
-  if (in_shrink_episode_) return episode_is_cycle_;
-  in_shrink_episode_ = true;
-  bool within_delay = last_shrink_ms_ != 0 && now_ms < last_shrink_ms_ + g_options.purge_delay_ms;
-  bool took_back = taken_since_shrink_ * 2 >= last_shrink_peak_;
-  if (within_delay && !took_back) return episode_is_cycle_;
-  episode_is_cycle_ = within_delay && took_back;
-  last_shrink_ms_ = now_ms;
-  last_shrink_peak_ = recent_peak;
-  taken_since_shrink_ = 0;
-  return episode_is_cycle_;
 }
 
 bool SpanAllocator::try_grow(Page* span, size_t slices) {
@@ -411,7 +315,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   if (after->slice_count < extra) return false;
   if (!segment_commit(segment, end, extra, end + after->slice_count)) return false;
   remove_free(after);
-  note_take_locked(extra);
+  policy_.note_take(extra);
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
@@ -458,10 +362,10 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
 size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget) {
   Segment* segment = segment_of_page(span);
   size_t purged =
-      segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? budget_epoch_ : 0);
+      segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? policy_.epoch() : 0);
   if (purged == 0) return 0;
   dirty_free_slices_ -= purged >> kSliceShift;
-  if (for_budget) budget_purged_slices_ += purged >> kSliceShift;
+  if (for_budget) policy_.note_budget_purge(purged >> kSliceShift);
   remove_free(span);
   span->set_kind(PageKind::kPurging);
   span->next = purging_;
@@ -505,77 +409,24 @@ void SpanAllocator::reset_after_fork_child() {
   }
 }
 
-// Untouched slices taken while memory purged for the budget in this period
-// waits unused cost the same page faults as taking that memory, and count
-// too, up to what was purged: a program that frees 32 MiB over two
-// segments and allocates it again may be given the untouched rest of one
-// segment before the purged slices of the other (`clean`: slices of the
-// range that were not resident).
+// The segment knows which slices were purged for the budget, in which
+// review period; the policy weighs them (PurgePolicy::note_reuse).
 void SpanAllocator::note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean) {
-  size_t reused = segment_take_budget_purged(segment, first, count, budget_epoch_);
-  size_t unclaimed = budget_purged_slices_ > budget_reused_slices_ ? budget_purged_slices_ - budget_reused_slices_ : 0;
-  size_t standing_in = clean < unclaimed ? clean : unclaimed;
-  if (standing_in > reused) reused = standing_in;
-  if (reused == 0) return;
-  budget_reused_slices_ += reused;
-  boost_if_purged_memory_comes_back_locked();
+  policy_.note_reuse(segment_take_budget_purged(segment, first, count, policy_.epoch()), clean);
 }
 
 uint32_t SpanAllocator::note_huge_budget_purge(size_t bytes) {
   LockGuard guard(lock_);
-  budget_purged_slices_ += bytes >> kSliceShift;
-  return budget_epoch_;
+  return policy_.note_budget_purge(bytes >> kSliceShift);
 }
 
-// As for spans (segment_take_budget_purged): purged in this review period
-// or the one before.
 void SpanAllocator::note_huge_budget_reuse(uint32_t epoch, size_t bytes) {
   LockGuard guard(lock_);
-  if (epoch + 1 < budget_epoch_) return;
-  budget_reused_slices_ += bytes >> kSliceShift;
-  boost_if_purged_memory_comes_back_locked();
+  policy_.note_reuse_of_epoch(epoch, bytes >> kSliceShift);
 }
 
-// Free memory beyond the budget may stay resident for the whole delay when
-// it is what the program freed since its recent peak and may well take
-// again: a program whose statements, requests or passes each build up
-// memory and drop it takes it back in the next one, often a few hundred
-// milliseconds later (sqlite3's bulk statements: a fifth of its page
-// faults and of its time). The allowance adds to the budget what was
-// freed since the peak of memory in use over the last delay, up to what
-// is still live, less the free blocks already resident inside slabs,
-// which the program's next allocations fill first. So a heap that dropped
-// most of its live data (a phase ended for good), or whose slabs are left
-// sparse (90% of a fragmented heap freed: memory in use, counted by slabs,
-// falls little, but the slabs hold more free space than was dropped), has
-// no allowance, and its free memory goes back at once or after a tenth of
-// the delay, as before. The allowance does not raise the peak: memory in
-// use plus memory held stays at most the recent peak plus the budget, held
-// memory is taken before fresh memory (take_fitting), and as the program
-// grows back the allowance shrinks. Memory older than the
-// delay is purged whatever the allowance.
 size_t SpanAllocator::dirty_allowance_bytes_locked(uint64_t now_ms) {
-  size_t budget = dirty_budget_bytes();
-  // Only free memory beyond the budget needs the rest, which walks every
-  // span: once a review period, or sooner when memory in use moved by a
-  // sixteenth since the last walk (in a burst of frees, live data falls
-  // far faster than memory in use, which counts a slab until it empties),
-  // so the walks of one burst cost a few times one walk of its peak.
-  if (dirty_free_slices_ <= budget >> kSliceShift) return budget;
-  size_t in_use = stats::in_use_bytes();
-  size_t peak = recent_peak_in_use_locked();
-  if (peak == in_use) return budget;
-  size_t moved = in_use > live_counted_in_use_ ? in_use - live_counted_in_use_ : live_counted_in_use_ - in_use;
-  if (now_ms >= next_live_count_ms_ || moved > live_counted_in_use_ / 16) {
-    live_bytes_ = live_bytes_locked();
-    live_counted_in_use_ = in_use;
-    next_live_count_ms_ = now_ms + g_options.purge_delay_ms / 10;
-  }
-  size_t live = live_bytes_ < in_use ? live_bytes_ : in_use;
-  size_t slab_free = in_use - live;
-  size_t dropped = peak - in_use;
-  size_t held = dropped < live ? dropped : live;
-  return budget + (held > slab_free ? held - slab_free : 0);
+  return policy_.dirty_allowance_bytes(now_ms, dirty_free_slices_, [this] { return live_bytes_locked(); });
 }
 
 // Bytes of live blocks: in slabs counted from their descriptors (racing
@@ -587,83 +438,6 @@ size_t SpanAllocator::live_bytes_locked() const {
     if (span->kind() == PageKind::kSlab) live += slab_blocks_in_use(span) * span->block_size();
   });
   return live;
-}
-
-void SpanAllocator::note_in_use_locked(size_t in_use) {
-  if (in_use > in_use_peaks_[peak_period_]) in_use_peaks_[peak_period_] = in_use;
-}
-
-// The most memory in use over the last delay, now included.
-size_t SpanAllocator::recent_peak_in_use_locked() const {
-  size_t peak = stats::in_use_bytes();
-  for (size_t p : in_use_peaks_) peak = p > peak ? p : peak;
-  return peak;
-}
-
-// A shrinking program's budget is its base size again (release).
-void SpanAllocator::end_budget_boost_locked() {
-  g_budget_boost.store(0, std::memory_order_relaxed);
-  calm_periods_ = 0;
-}
-
-// Whether at least half of the memory purged for the budget in this review
-// period (and at least 1 MiB) has been taken again.
-bool SpanAllocator::purged_memory_comes_back_locked() const {
-  constexpr size_t kMinimumEvidence = (size_t{1} << 20) >> kSliceShift;
-  return budget_reused_slices_ >= kMinimumEvidence && budget_reused_slices_ * 2 >= budget_purged_slices_;
-}
-
-// The boost starts as soon as the evidence is in, not at the end of the
-// review period: a program that frees and takes back 32 MiB every few
-// milliseconds would otherwise fault all of it in again a dozen times
-// first (4 MiB blocks, eight at a time: 2.5x the time of one that keeps
-// them).
-void SpanAllocator::boost_if_purged_memory_comes_back_locked() {
-  if (!purged_memory_comes_back_locked()) return;
-  g_budget_boost.store(kMaxBudgetBoost, std::memory_order_relaxed);
-  calm_periods_ = 0;
-}
-
-// The budget holds free memory for a tenth of the purge delay (purge_locked)
-// and is a share of the memory in use, which suits most programs; but one
-// that frees and takes back more than that share within the delay - a
-// buffer that grows by realloc, large blocks replaced one by one - would
-// have its memory purged and faulted in again over and over (a page fault
-// for every page it reuses). So every review period (a tenth of the delay)
-// looks at what happened to the memory purged for the budget: when at
-// least half of it was taken again (and at least 1 MiB), the budget
-// becomes sixteen times its size; once free memory has stayed within the
-// budget one step smaller for a whole delay, it halves. (Stepping down
-// after one calm period, a program that churns in cycles longer than that
-// - buffers grown by realloc past a few MiB - had its budget back at x1
-// before each cycle's memory was taken again, and faulted it all in again:
-// realloc_growth 50m took twice the page faults.) It only ever holds
-// memory for part of the delay: the delay itself still purges everything
-// older.
-void SpanAllocator::review_budget_locked(uint64_t now_ms) {
-  if (now_ms < next_budget_review_ms_) return;
-  peak_period_ = (peak_period_ + 1) % kPeakPeriods;
-  in_use_peaks_[peak_period_] = stats::in_use_bytes();
-  uint64_t period = g_options.purge_delay_ms / 10;
-  next_budget_review_ms_ = now_ms + (period > 10 ? period : 10);
-  unsigned boost = g_budget_boost.load(std::memory_order_relaxed);
-  size_t budget = dirty_budget_bytes() >> kSliceShift;
-  if (purged_memory_comes_back_locked()) {
-    boost = kMaxBudgetBoost;
-    calm_periods_ = 0;
-  } else if (boost > 0 && peak_dirty_free_slices_ <= budget / 2) {
-    if (++calm_periods_ == kCalmPeriodsPerStep) {
-      --boost;
-      calm_periods_ = 0;
-    }
-  } else {
-    calm_periods_ = 0;
-  }
-  g_budget_boost.store(boost, std::memory_order_relaxed);
-  budget_purged_slices_ = 0;
-  budget_reused_slices_ = 0;
-  peak_dirty_free_slices_ = dirty_free_slices_;
-  ++budget_epoch_;
 }
 
 size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batch) {
@@ -681,7 +455,7 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batc
   // the least likely to be wanted again at exactly that size).
   size_t allowance = dirty_allowance_bytes_locked(now_ms) >> kSliceShift;
   choose_excess_purges_locked(allowance, now_ms > excess_delay ? now_ms - excess_delay : 0, batch);
-  if (!force) review_budget_locked(now_ms);
+  if (!force) policy_.review(now_ms, dirty_free_slices_);
   // A full batch leaves work behind: look again soon.
   uint64_t next = dirty_free_slices_ > allowance || batch.full() ? excess_delay : delay / 4;
   __atomic_store_n(&next_purge_ms_, now_ms + (next > 5 ? next : 5), __ATOMIC_RELAXED);

@@ -6,11 +6,9 @@
 // It also owns the return of memory to the OS: free spans stay resident
 // for the purge delay (so memory about to be reused is not faulted in
 // again), then their pages are purged; fully free segments beyond the
-// retained count are unmapped. Free memory beyond a budget proportional to
-// the memory in use (dirty_budget_bytes), and beyond what was freed since
-// a recent peak and may be taken again, gets a tenth of the delay, so
-// memory that is freed and not reused does not inflate the footprint, and
-// beyond twice that (and 16 MiB more) it is purged at once.
+// retained count are unmapped. How much free memory may stay longer than a
+// tenth of the delay, and when a release is a burst to give back at once,
+// is its purge policy's to decide (purge_policy.h).
 //
 // The purge system call runs outside the lock. Under it, the spans to purge
 // are marked clean and taken out of the bins (kind kPurging: no allocation
@@ -18,21 +16,18 @@
 // pages back with the lock released, and takes the lock again to return
 // them to the bins as free, clean spans, merged with their neighbours. A
 // purge of a few MiB takes tens of microseconds, longer on many cores
-// (every core that runs the process takes a TLB shootdown), and while the
-// lock was held through it every thread that needed a span waited: on 2
-// cores, sh6bench with 32 threads slept on the lock 67-83 times a run,
-// glibc-thread with 16 81-103 times; 17-30 and 19-33 with the purge
-// outside it.
+// (every core that runs the process takes a TLB shootdown): under the lock,
+// every thread that needs a span would wait through it.
 //
 // Slice map. A span in use maps every slice to its descriptor (any address
 // in it must find it). A free span maps only its first and last slice (what
 // coalescing and iteration read): mapping a whole free span on every
-// release and split cost a store per slice of the surrounding free space,
-// hundreds for one 64 KiB slab. Its other slices keep older entries, and
-// every entry inside a free span [f, g), at slice i, points to a descriptor
-// pages[x] with f <= x <= i whose kind is kFree; and but for the last
-// slice's, the entries never decrease along the span. It holds because a
-// new segment maps each slice to its own descriptor (zero, so free);
+// release and split would cost a store per slice of the surrounding free
+// space, hundreds for one 64 KiB slab. Its other slices keep older entries,
+// and every entry inside a free span [f, g), at slice i, points to a
+// descriptor pages[x] with f <= x <= i whose kind is kFree; and but for the
+// last slice's, the entries never decrease along the span. It holds because
+// a new segment maps each slice to its own descriptor (zero, so free);
 // entries only ever point at or before their slice; a descriptor absorbed
 // into a free span is marked free; a span in use is mapped in full; the
 // last slice's entry, the only one written to point back to its head from
@@ -50,6 +45,7 @@
 
 #include "meta/page.h"
 #include "platform/lock.h"
+#include "backend/purge_policy.h"
 #include "backend/segment.h"
 
 namespace xalloc {
@@ -87,7 +83,6 @@ class alignas(64) SpanAllocator {
   // again, purged in review period `epoch`.
   uint32_t note_huge_budget_purge(size_t bytes);
   void note_huge_budget_reuse(uint32_t epoch, size_t bytes);
-
 
   // fork(): the child inherits the state the lock protects; spans that
   // other threads were purging are purged and freed in the child.
@@ -160,23 +155,14 @@ class alignas(64) SpanAllocator {
   // on either side; `freed_at` is its age and `resident` how many of its
   // slices may be resident.
   void insert_coalesced_locked(Segment* segment, size_t first, size_t count, uint64_t freed_at, size_t resident);
-  // Counts the slices of a span being taken that were purged for the budget
-  // shortly before, or stand in for such slices (the budget's feedback,
-  // dirty_budget_bytes).
+  // Tells the policy about the slices of a span being taken that were
+  // purged for the budget shortly before (`clean`: how many of them were
+  // not resident).
   void note_reuse_locked(Segment* segment, size_t first, size_t count, size_t clean);
-  void note_take_locked(size_t slices);
-  bool shrink_is_a_cycle_locked(uint64_t now_ms, size_t recent_peak);
-  bool purged_memory_comes_back_locked() const;
-  void boost_if_purged_memory_comes_back_locked();
-  void review_budget_locked(uint64_t now_ms);
-  void end_budget_boost_locked();
-  size_t recent_peak_in_use_locked() const;
-  // Free memory that may stay resident beyond a tenth of the delay: the
-  // budget, plus what the program freed since its recent peak and may take
-  // again (span_allocator.cpp).
+  // The policy's allowance (PurgePolicy::dirty_allowance_bytes) now.
   size_t dirty_allowance_bytes_locked(uint64_t now_ms);
+  // Bytes of live blocks (the allowance's estimate).
   size_t live_bytes_locked() const;
-  void note_in_use_locked(size_t in_use);
 
   size_t unmap_empty_segments_locked(size_t keep);
 
@@ -198,53 +184,14 @@ class alignas(64) SpanAllocator {
   Segment* segments_ = nullptr;
   size_t free_segments_ = 0;       // segments whose payload is one free span
   size_t dirty_free_slices_ = 0;   // free slices that may still be resident
-  // The dirty budget's feedback, per review period (epoch): slices purged
-  // for the budget, slices of those taken again, and the most free slices
-  // resident at once.
-  uint32_t budget_epoch_ = 1;
-  uint64_t next_budget_review_ms_ = 0;
-  size_t budget_purged_slices_ = 0;
-  size_t budget_reused_slices_ = 0;
-  size_t peak_dirty_free_slices_ = 0;
-  unsigned calm_periods_ = 0;  // review periods in a row in which the boost could have stepped down
-  size_t freed_since_take_spans_ = 0;  // spans released since one was last taken
-  // Shrink episodes (shrink_is_a_cycle_locked): whether frees are in one
-  // and what it was found to be; when the last one began, the recent peak
-  // of memory in use it fell from, and the bytes taken since.
-  bool in_shrink_episode_ = false;
-  bool episode_is_cycle_ = false;
-  uint64_t last_shrink_ms_ = 0;
-  size_t last_shrink_peak_ = 0;
-  size_t taken_since_shrink_ = 0;
-  // The most memory in use (slabs and large blocks) seen in each of the
-  // last kPeakPeriods review periods (a whole delay), this one's at
-  // peak_period_; and the live bytes counted last, the memory in use then,
-  // and when to count again (dirty_allowance_bytes_locked).
-  static constexpr size_t kPeakPeriods = 10;
-  size_t in_use_peaks_[kPeakPeriods] = {};
-  size_t peak_period_ = 0;
-  size_t live_bytes_ = 0;
-  size_t live_counted_in_use_ = 0;
-  uint64_t next_live_count_ms_ = 0;
+  PurgePolicy policy_;  // guarded by lock_
   // Read by every thread's periodic work (maybe_purge), written once per
   // purge: last, on a line of its own, away from the fields that every
-  // span taken or freed writes (beside them, each thread's look cost a
-  // miss whenever another had taken or freed a span since).
+  // span taken or freed writes (beside them, each thread's look would miss
+  // whenever another had taken or freed a span since).
   alignas(64) uint64_t next_purge_ms_ = 0;
 };
 
 extern SpanAllocator g_spans;
-
-// How much free memory may stay resident, waiting for reuse: a share
-// (XALLOC_DIRTY_PERCENT) of the memory in use, and at least 4 MiB; up to
-// sixteen times that while the program keeps taking back memory that was
-// purged to keep within it (span_allocator.cpp).
-size_t dirty_budget_bytes();
-// log2 of that factor (statistics).
-unsigned dirty_budget_boost();
-// Free memory beyond this, twice the budget and at least the budget plus
-// 16 MiB, is a burst (a phase of the program ended): purged as soon as it
-// is released, by the span allocator and the huge cache alike.
-size_t burst_threshold_bytes(size_t budget);
 
 }  // namespace xalloc
