@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <elf.h>
-#include <sys/auxv.h>
 
 #include <cstdint>
 #include <cstring>
@@ -91,8 +90,8 @@ const char* base_name(const char* path) {
 // in the file (PT_PHDR), or else against the ELF header, which the first
 // segment maps just before them. file_for reads /proc/self/exe for it.
 bool static_executable_info(Dl_info& info) {
-  auto phdrs_at = static_cast<uintptr_t>(getauxval(AT_PHDR));
-  size_t count = getauxval(AT_PHNUM);
+  size_t count = 0;
+  auto phdrs_at = reinterpret_cast<uintptr_t>(os::program_headers(&count));
   if (phdrs_at == 0) return false;
   auto* phdrs = reinterpret_cast<const Elf64_Phdr*>(phdrs_at);
   const Elf64_Phdr* first_load = nullptr;

@@ -116,6 +116,9 @@ void close(int fd);
 // The whole of a file mapped read-only (null if it cannot be); *size gets
 // its length.
 const void* map_file(const char* path, size_t* size);
+// The running executable's program headers as the kernel loaded them (the
+// auxiliary vector's AT_PHDR, AT_PHNUM); null if unknown.
+const void* program_headers(size_t* count);
 // The path of the running executable, NUL-terminated; false if unknown.
 bool executable_path(char* buf, size_t size);
 // Bytes of the process resident in memory (/proc/self/statm); 0 if unknown.

@@ -346,6 +346,11 @@ const void* map_file(const char* path, size_t* size) {
   return reinterpret_cast<const void*>(addr);
 }
 
+const void* program_headers(size_t* count) {
+  *count = getauxval(AT_PHNUM);
+  return reinterpret_cast<const void*>(getauxval(AT_PHDR));
+}
+
 bool executable_path(char* buf, size_t size) {
   long n = raw_syscall(SYS_readlink, reinterpret_cast<long>("/proc/self/exe"), reinterpret_cast<long>(buf),
                        static_cast<long>(size - 1));
