@@ -266,13 +266,28 @@ void* alloc_aligned_generic(size_t size, size_t alignment) {
 
 namespace {
 
-// Out of line, so that realloc's in-place cases need no stack frame.
+// A block that cannot be resized where it is moves: a new block gets the
+// bytes both have, and the old one is freed. Without memory for the new
+// one: null (errno ENOMEM), the old block left intact. Out of line, so that
+// realloc's in-place cases need no stack frame.
 XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size, Caller caller) {
   void* moved = alloc(size);
   if (moved == nullptr) return nullptr;
   memcpy(moved, ptr, size < old_size ? size : old_size);
   free(ptr, caller);
   return moved;
+}
+
+// Large and huge blocks are resized in place when they can be (large.h).
+// Out of line for the same reason: realloc only jumps here.
+XALLOC_NOINLINE void* realloc_large(Page* page, void* ptr, size_t size, Caller caller) {
+  if (large_resize_in_place(page, size)) return ptr;
+  return realloc_by_moving(ptr, page->large_usable, size, caller);
+}
+
+XALLOC_NOINLINE void* realloc_huge(Segment* segment, void* ptr, size_t size, Caller caller) {
+  if (void* resized = huge_resize(segment, ptr, size)) return resized;
+  return realloc_by_moving(ptr, segment->huge_usable, size, caller);
 }
 
 }  // namespace
@@ -312,12 +327,12 @@ void* realloc(void* ptr, size_t size, Caller caller) {
       if (address != page->start)
         report_span_misuse("invalid realloc (not the start of a block)", ptr, "large block", page->large_usable, caller);
       if (page->large_usable == 0) report_span_misuse("realloc of a freed block", ptr, "large block", 0, caller);
-      return large_realloc(page, ptr, size);
+      return realloc_large(page, ptr, size, caller);
     case PageKind::kHuge:
       if (address != page->start)
         report_span_misuse("invalid realloc (not the start of a block)", ptr, "huge block", segment->huge_usable,
                            caller);
-      return huge_realloc(segment, ptr, size);
+      return realloc_huge(segment, ptr, size, caller);
     default:
       if (is_free_kind(page->kind()) && address == page->start)
         report_misuse("realloc of a freed block", ptr, 0, caller);

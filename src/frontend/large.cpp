@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "frontend/alloc.h"
 #include "support/emergency_heap.h"
 #include "diag/heap_profiler.h"
 #include "support/options.h"
@@ -671,32 +670,25 @@ void large_free(Page* page) {
   large_release(page);
 }
 
-void* large_realloc(Page* page, void* ptr, size_t size) {
+bool large_resize_in_place(Page* page, size_t size) {
+  if (size <= kMaxSlabSize || size > kMaxLargeSize) return false;
+  size_t usable = round_up(size, kOsPageSize);
+  size_t slices = large_slices(usable);
+  if (slices > page->slice_count && !g_spans.try_grow(page, slices)) return false;
   size_t old_usable = page->large_usable;
-  if (size > kMaxSlabSize && size <= kMaxLargeSize) {
-    size_t usable = round_up(size, kOsPageSize);
-    size_t slices = large_slices(usable);
-    if (slices <= page->slice_count || g_spans.try_grow(page, slices)) {
-      // Secure mode: the guard page moves to the new end (taken down
-      // before a shrink may give its slice back).
-      bool guard_moves = usable != old_usable;
-      if (guard_moves) large_unguard(page);
-      // Shrinking: keep the span unless half of it would be idle.
-      if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
-      if (guard_moves) large_guard_at(page, usable);
-      // (A shared counter: no atomic update for a realloc within the page.)
-      if (usable > old_usable) stats::add(stats::g_global.large_in_use, usable - old_usable);
-      if (usable < old_usable) stats::sub(stats::g_global.large_in_use, old_usable - usable);
-      page->large_usable = usable;
-      if (XALLOC_UNLIKELY(page->sampled)) prof::resized(page, size);
-      return ptr;
-    }
-  }
-  void* moved = alloc(size);
-  if (moved == nullptr) return nullptr;
-  memcpy(moved, ptr, size < old_usable ? size : old_usable);
-  large_free(page);
-  return moved;
+  // Secure mode: the guard page moves to the new end (taken down before a
+  // shrink may give its slice back).
+  bool guard_moves = usable != old_usable;
+  if (guard_moves) large_unguard(page);
+  // Shrinking: keep the span unless half of it would be idle.
+  if (slices * 2 <= page->slice_count) g_spans.shrink(page, slices);
+  if (guard_moves) large_guard_at(page, usable);
+  // (A shared counter: no atomic update for a realloc within the page.)
+  if (usable > old_usable) stats::add(stats::g_global.large_in_use, usable - old_usable);
+  if (usable < old_usable) stats::sub(stats::g_global.large_in_use, old_usable - usable);
+  page->large_usable = usable;
+  if (XALLOC_UNLIKELY(page->sampled)) prof::resized(page, size);
+  return true;
 }
 
 void* huge_alloc(size_t size, size_t alignment, bool zero) {
@@ -811,8 +803,7 @@ static bool shrink_mapping(uintptr_t base, size_t old_mapping, size_t mapping) {
   return false;
 }
 
-void* huge_realloc(Segment* segment, void* ptr, size_t size) {
-  if (size > kMaxRequest) return fail_enomem();
+void* huge_resize(Segment* segment, void* ptr, size_t size) {
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
   size_t old_mapping = segment->mapping_size;
   size_t old_usable = segment->huge_usable;
@@ -835,7 +826,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
     if (mapping < old_mapping) {
       resized = shrink_mapping(segment->base(), old_mapping, mapping);
     } else if (!segment_map_prepare(segment->base(), mapping)) {
-      // The map cannot take the grown range: copied below, if memory allows.
+      // The map cannot take the grown range: copied, if memory allows.
     } else if (os::remap_in_place(base, old_mapping, mapping)) {
       resized = true;
     } else if (void* target = map_huge(mapping); target != nullptr) {
@@ -873,11 +864,7 @@ void* huge_realloc(Segment* segment, void* ptr, size_t size) {
     }
     guard_after(&segment->pages[0], huge_guard_address(segment));
   }
-  void* fresh = alloc(size);
-  if (fresh == nullptr) return nullptr;
-  memcpy(fresh, ptr, size < old_usable ? size : old_usable);
-  huge_free(segment);
-  return fresh;
+  return nullptr;  // copied by realloc
 }
 
 size_t huge_cache_purge(bool force, uint64_t now_ms) {

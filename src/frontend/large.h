@@ -5,7 +5,8 @@
 // OS page, and realloc grows them in place when the slices after them are
 // free. Huge blocks (above kMaxLargeSize) get a mapping of their own, laid
 // out as a segment so free() finds them the same way; realloc moves them
-// with mremap instead of copying, and freed ones are cached for reuse.
+// with mremap instead of copying (realloc copies the others), and freed ones
+// are cached for reuse.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,10 @@ namespace xalloc {
 // costs nothing when the memory is fresh from the OS).
 void* large_alloc(size_t size, size_t alignment, bool zero);
 void large_free(Page* page);
-void* large_realloc(Page* page, void* ptr, size_t size);
+// Resizes the large block of `page` to `size` bytes in place; false if it
+// cannot (a size that is not large, or the slices after it are taken), the
+// block left as it was for realloc to move.
+bool large_resize_in_place(Page* page, size_t size);
 
 struct Heap;
 // The block of a sampled allocation (heap_profiler.h): a large block of its
@@ -45,7 +49,11 @@ void reclaim_reset_after_fork_child();
 
 void* huge_alloc(size_t size, size_t alignment, bool zero);
 void huge_free(Segment* segment);
-void* huge_realloc(Segment* segment, void* ptr, size_t size);
+// Resizes the huge block `ptr` of `segment` to `size` bytes (at most
+// kMaxRequest) without copying it: within its mapping, or by remapping its
+// pages. Returns the block, moved or not; null if it must be copied (a
+// block no longer huge, or the kernel refused), the block left as it was.
+void* huge_resize(Segment* segment, void* ptr, size_t size);
 
 // Purges cached huge mappings past their delay (or over the budget); with
 // `force`, unmaps them all. Returns the bytes given back.
