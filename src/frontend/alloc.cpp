@@ -10,6 +10,9 @@
 #include "support/debug.h"
 #include "support/emergency_heap.h"
 #include "frontend/sampling.h"
+#include "frontend/huge.h"
+#include "frontend/huge_cache.h"
+#include "frontend/kept_spans.h"
 #include "frontend/large.h"
 #include "support/options.h"
 #include "frontend/remote_free.h"
@@ -90,7 +93,7 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
     case PageKind::kLarge:
       if (address != page->start)
         report_span_misuse("invalid free (not the start of a block)", ptr, "large block", page->large_usable, caller);
-      // A span kept for the thread's next large block or sample (large.cpp)
+      // A span kept for the thread's next large block or sample (kept_spans.h)
       // is free: it has no usable bytes.
       if (page->large_usable == 0) report_span_misuse("double free", ptr, "large block", 0, caller);
       large_free(page);
@@ -278,8 +281,8 @@ XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size,
   return moved;
 }
 
-// Large and huge blocks are resized in place when they can be (large.h).
-// Out of line for the same reason: realloc only jumps here.
+// Large and huge blocks are resized in place when they can be (large.h,
+// huge.h). Out of line for the same reason: realloc only jumps here.
 XALLOC_NOINLINE void* realloc_large(Page* page, void* ptr, size_t size, Caller caller) {
   if (large_resize_in_place(page, size)) return ptr;
   return realloc_by_moving(ptr, page->large_usable, size, caller);

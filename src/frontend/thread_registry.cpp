@@ -4,7 +4,8 @@
 
 #include "support/emergency_heap.h"
 #include "diag/heap_profiler.h"
-#include "frontend/large.h"
+#include "frontend/huge_cache.h"
+#include "frontend/kept_spans.h"
 #include "support/options.h"
 #include "platform/lock.h"
 #include "platform/os.h"
