@@ -10,6 +10,9 @@
 #include "support/debug.h"
 #include "support/emergency_heap.h"
 #include "frontend/sampling.h"
+#include "frontend/huge.h"
+#include "frontend/huge_cache.h"
+#include "frontend/kept_spans.h"
 #include "frontend/large.h"
 #include "support/fail.h"
 #include "support/options.h"
@@ -88,7 +91,7 @@ XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller c
     case PageKind::kLarge:
       if (address != page->start)
         report_span_misuse("invalid free (not the start of a block)", ptr, "large block", page->large_usable, caller);
-      // A span kept for the thread's next large block or sample (large.cpp)
+      // A span kept for the thread's next large block or sample (kept_spans.h)
       // is free: it has no usable bytes.
       if (page->large_usable == 0) report_span_misuse("double free", ptr, "large block", 0, caller);
       large_free(page);
@@ -264,13 +267,28 @@ void* alloc_aligned_generic(size_t size, size_t alignment) {
 
 namespace {
 
-// Out of line, so that realloc's in-place cases need no stack frame.
+// A block that cannot be resized where it is moves: a new block gets the
+// bytes both have, and the old one is freed. Without memory for the new
+// one: null (errno ENOMEM), the old block left intact. Out of line, so that
+// realloc's in-place cases need no stack frame.
 XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size, Caller caller) {
   void* moved = alloc(size);
   if (moved == nullptr) return nullptr;
   memcpy(moved, ptr, size < old_size ? size : old_size);
   free(ptr, caller);
   return moved;
+}
+
+// Large and huge blocks are resized in place when they can be (large.h,
+// huge.h). Out of line for the same reason: realloc only jumps here.
+XALLOC_NOINLINE void* realloc_large(Page* page, void* ptr, size_t size, Caller caller) {
+  if (large_resize_in_place(page, size)) return ptr;
+  return realloc_by_moving(ptr, page->large_usable, size, caller);
+}
+
+XALLOC_NOINLINE void* realloc_huge(Segment* segment, void* ptr, size_t size, Caller caller) {
+  if (void* resized = huge_resize(segment, ptr, size)) return resized;
+  return realloc_by_moving(ptr, segment->huge_usable, size, caller);
 }
 
 }  // namespace
@@ -310,12 +328,12 @@ void* realloc(void* ptr, size_t size, Caller caller) {
       if (address != page->start)
         report_span_misuse("invalid realloc (not the start of a block)", ptr, "large block", page->large_usable, caller);
       if (page->large_usable == 0) report_span_misuse("realloc of a freed block", ptr, "large block", 0, caller);
-      return large_realloc(page, ptr, size);
+      return realloc_large(page, ptr, size, caller);
     case PageKind::kHuge:
       if (address != page->start)
         report_span_misuse("invalid realloc (not the start of a block)", ptr, "huge block", segment->huge_usable,
                            caller);
-      return huge_realloc(segment, ptr, size);
+      return realloc_huge(segment, ptr, size, caller);
     default:
       if (is_free_kind(page->kind()) && address == page->start)
         report_misuse("realloc of a freed block", ptr, 0, caller);

@@ -2,6 +2,7 @@
 
 #include "backend/segment.h"
 #include "diag/stack_trace.h"
+#include "frontend/huge.h"
 #include "frontend/large.h"
 
 namespace xalloc::prof {

@@ -124,7 +124,7 @@ struct alignas(256) Page {
   // `start` (the end of its last block's pages; a kept span keeps it).
   uint32_t guard_offset;
   // Large: the heap of the thread that allocated the block, which gets the
-  // span back when another thread frees it (large.cpp).
+  // span back when another thread frees it (kept_spans.cpp).
   Heap* large_home;
 
   PageKind kind() const { return static_cast<PageKind>(kind_bits); }
