@@ -406,11 +406,7 @@ size_t trim() {
     heap_release_spares(heap);
   }
   orphans_collect_all();
-  slab_pool::release_all();
-  reclaim_idle_kept_memory(true, 0);
-  size_t released = g_spans.purge(true);
-  released += huge_cache_purge(true, 0);
-  return released;
+  return release_caches();
 }
 
 }  // namespace xalloc

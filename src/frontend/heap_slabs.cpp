@@ -210,12 +210,7 @@ void spare_keep(Heap* heap, Page* page) {
   note_spare_change(heap);
 }
 
-uint32_t spare_slice_budget() {
-  uint32_t live = live_heap_count();
-  if (live <= kSpareSlicesAllHeaps / kMaxSpareSlices) return kMaxSpareSlices;
-  uint32_t share = kSpareSlicesAllHeaps / live;
-  return share > kMinSpareSlices ? share : kMinSpareSlices;
-}
+uint32_t spare_slice_budget() { return per_heap_share(kMaxSpareSlices, kSpareSlicesAllHeaps, kMinSpareSlices); }
 
 // A slab of `heap` whose last block came back (not its class's current
 // slab, and already off the partial list): kept as its class's spare when

@@ -87,4 +87,18 @@ void orphans_collect_all() {
       0, false);
 }
 
+size_t release_caches() {
+  size_t released = slab_pool::release_all();
+  reclaim_idle_kept_memory(true, 0);
+  released += g_spans.purge(true);
+  return released + huge_cache_purge(true, 0);
+}
+
+bool release_cached_memory() {
+  Heap* heap = t_heap;
+  size_t released = size_t{heap->kept_slices.load(std::memory_order_relaxed)} << kSliceShift;
+  kept_spans_release(heap);
+  return released + release_caches() != 0;
+}
+
 }  // namespace xalloc

@@ -23,6 +23,13 @@ void heap_tick(Heap* heap);
 // (process.cpp): idle pooled slabs, spans of idle threads, and
 // free memory past its delay.
 void purge_idle_memory(uint64_t now_ms);
+// Gives back what the process caches for reuse: pooled slabs, every heap's
+// kept spans and spares, free spans and cached huge blocks, purged or
+// unmapped. Returns the bytes given back.
+size_t release_caches();
+// The OS refused a mapping: release_caches, and the calling thread's kept
+// spans. True if anything was released, so that the caller may try again.
+bool release_cached_memory();
 // Drains every orphan's inbox, and collects the heap of exiting threads
 // (malloc_trim).
 void orphans_collect_all();

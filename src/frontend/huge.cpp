@@ -5,21 +5,18 @@
 
 #include "diag/heap_profiler.h"
 #include "frontend/block_memory.h"
+#include "frontend/heap_upkeep.h"
 #include "frontend/huge_cache.h"
 #include "frontend/kept_spans.h"
 #include "frontend/thread_registry.h"
 #include "support/counters.h"
+#include "support/fail.h"
 #include "support/emergency_heap.h"
 #include "platform/os.h"
 
 namespace xalloc {
 
 namespace {
-
-void* fail_enomem() {
-  errno = ENOMEM;
-  return nullptr;
-}
 
 // Where a block aligned to `alignment` starts in its mapping (kHugeHeader).
 size_t huge_offset(size_t alignment) {

@@ -53,10 +53,7 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 // hundred threads that each freed a 1 MiB buffer once and went idle kept
 // 2 MiB apiece). A heap that kept more before others were born keeps it
 // until its own spans turn over.
-uint32_t kept_slice_budget() {
-  uint32_t live = live_heap_count();
-  return live <= kKeptSlicesAllHeaps / kKeptSliceBudget ? kKeptSliceBudget : kKeptSlicesAllHeaps / live;
-}
+uint32_t kept_slice_budget() { return per_heap_share(kKeptSliceBudget, kKeptSlicesAllHeaps); }
 
 // Gives a span taken out of a heap's kept spans to the span allocator.
 void kept_span_release(Heap::KeptSpan kept) {
@@ -329,17 +326,6 @@ void reclaim_reset_after_fork_child() {
   g_reclaim_pass_running.store(false, std::memory_order_relaxed);
   for_each_heap([](Heap* heap) { heap->kept_claimed.store(0, std::memory_order_relaxed); });
   os::process_wide_barrier_reset_after_fork_child();
-}
-
-bool release_cached_memory() {
-  Heap* heap = t_heap;
-  size_t released = size_t{heap->kept_slices.load(std::memory_order_relaxed)} << kSliceShift;
-  kept_spans_release(heap);
-  reclaim_idle_kept_memory(true, 0);
-  released += slab_pool::release_all();
-  released += huge_cache_purge(true, 0);
-  released += g_spans.purge(true);
-  return released != 0;
 }
 
 }  // namespace xalloc

@@ -6,7 +6,7 @@
 // goes back to the heap that allocated it (returned spans). Both go to the
 // span allocator when their heap's thread exits, trims or stops using them
 // (the reclaim pass), and all at once when the OS refuses memory
-// (release_cached_memory).
+// (release_cached_memory, heap_upkeep.h).
 #pragma once
 
 #include <cstddef>
@@ -49,9 +49,5 @@ constexpr uint64_t kReclaimPassMinMs = 10;
 void reclaim_idle_kept_memory(bool force, uint64_t now_ms);
 void reclaim_reset_after_fork_child();
 
-// The OS refused a mapping: unmaps everything xalloc keeps for reuse (kept
-// spans, pooled and spare slabs, cached huge blocks, empty segments). True
-// if anything was released, so that the caller may try again.
-bool release_cached_memory();
 
 }  // namespace xalloc

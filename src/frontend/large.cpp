@@ -10,17 +10,13 @@
 #include "frontend/kept_spans.h"
 #include "frontend/thread_registry.h"
 #include "support/counters.h"
+#include "support/fail.h"
 #include "support/emergency_heap.h"
 #include "backend/span_allocator.h"
 
 namespace xalloc {
 
 namespace {
-
-void* fail_enomem() {
-  errno = ENOMEM;
-  return nullptr;
-}
 
 // Slices of a large block of `usable` bytes (whole pages): secure mode
 // adds its guard page.

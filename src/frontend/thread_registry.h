@@ -27,6 +27,16 @@ void registry_init(void (*teardown)(void*));
 // under the registry lock.
 extern std::atomic<uint32_t> g_live_heaps;
 inline uint32_t live_heap_count() { return g_live_heaps.load(std::memory_order_relaxed); }
+// A heap's share of what all live heaps together may cache: `per_heap`
+// while few threads live, else `all_heaps` divided among them, and never
+// less than `floor` - a thousand threads do not cache a thousand times
+// `per_heap`.
+inline uint32_t per_heap_share(uint32_t per_heap, uint32_t all_heaps, uint32_t floor = 0) {
+  uint32_t live = live_heap_count();
+  if (live <= all_heaps / per_heap) return per_heap;
+  uint32_t share = all_heaps / live;
+  return share > floor ? share : floor;
+}
 
 // The calling thread's heap, created or adopted now if it has none. Null
 // when the OS has no memory for a heap, and for a thread whose heap is
