@@ -50,14 +50,56 @@ XALLOC_INLINE void* alloc_from_class(Heap* heap, unsigned cls) {
   return heap_alloc_slow(heap, cls);
 }
 
+// What a misuse report says, by the call that found it.
+struct MisuseWords {
+  const char* not_start;  // an interior pointer
+  const char* into_free;  // a pointer into memory that holds no block
+  const char* freed;      // the start of a block freed already
+};
+constexpr MisuseWords kFreeWords{"invalid free (not the start of a block)", "invalid free (pointer into free memory)",
+                                 "double free"};
+constexpr MisuseWords kReallocWords{"invalid realloc (not the start of a block)",
+                                    "invalid realloc (pointer into free memory)", "realloc of a freed block"};
+
+// `address` is not a carved block's start in `page`, a slab: says which.
+[[noreturn]] XALLOC_NOINLINE void report_slab_address(const Page* page, const void* ptr, const MisuseWords& words,
+                                                     Caller caller) {
+  if (!is_block_start(page, reinterpret_cast<uintptr_t>(ptr)))
+    report_misuse(words.not_start, ptr, page->block_size(), caller);
+  report_misuse(words.into_free, ptr, page->block_size(), caller);
+}
+
+// Reports `ptr` unless it starts a live block of `page`, a large, huge or
+// free span (of `segment`).
+void check_span_block(const Segment* segment, const Page* page, const void* ptr, const MisuseWords& words,
+                      Caller caller) {
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  switch (page->kind()) {
+    case PageKind::kLarge:
+      if (address != page->start) report_span_misuse(words.not_start, ptr, "large block", page->large_usable, caller);
+      // A span kept for the thread's next large block or sample (kept_spans.h)
+      // is free: it has no usable bytes.
+      if (page->large_usable == 0) report_span_misuse(words.freed, ptr, "large block", 0, caller);
+      return;
+    case PageKind::kHuge:
+      if (address != page->start) report_span_misuse(words.not_start, ptr, "huge block", segment->huge_usable, caller);
+      return;
+    default:
+      // A freed large or huge block keeps its start in its descriptor until
+      // the space is reused or merged.
+      if (is_free_kind(page->kind()) && address == page->start) report_misuse(words.freed, ptr, 0, caller);
+      report_misuse(words.into_free, ptr, 0, caller);
+  }
+}
+
 void free_foreign(void* ptr, Caller caller) {
   if (emergency::owns(ptr)) return;
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) == kMapHugeTail) {
     if (const Segment* segment = huge_segment_of_tail(address)) {
       if (holds_live_huge_block(segment))
-        report_span_misuse("invalid free (not the start of a block)", ptr, "huge block", segment->huge_usable, caller);
-      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
+        report_span_misuse(kFreeWords.not_start, ptr, "huge block", segment->huge_usable, caller);
+      report_misuse(kFreeWords.into_free, ptr, 0, caller);
     }
   }
   if (g_options.abort_on_invalid_free)
@@ -65,17 +107,15 @@ void free_foreign(void* ptr, Caller caller) {
 }
 
 XALLOC_NOINLINE void report_slab_misuse(Page* page, FreeBlock* block, Caller caller) {
-  if (!is_block_start(page, reinterpret_cast<uintptr_t>(block)))
-    report_misuse("invalid free (not the start of a block)", block, page->block_size(), caller);
   if (!is_carved_block_start(page, reinterpret_cast<uintptr_t>(block), page->carved_limit_now()))
-    report_misuse("invalid free (pointer into free memory)", block, page->block_size(), caller);
+    report_slab_address(page, block, kFreeWords, caller);
   // The check that failed read the marker or (secure mode) the canary. A
   // marker gone by now, with the canary intact, means the owner handed the
   // block out again after the first free. A pooled slab (no owner) has no
   // block in use.
   bool canary_broken = secure::kEnabled && page->owner != nullptr && block->marker != free_marker(block) &&
                        !canary_intact(page, block);
-  if (!canary_broken) report_misuse("double free", block, page->block_size(), caller);
+  if (!canary_broken) report_misuse(kFreeWords.freed, block, page->block_size(), caller);
   report_misuse("heap overflow (canary at the end of the block overwritten) detected at free", block,
                 page->block_size(), caller);
 }
@@ -86,27 +126,9 @@ XALLOC_NOINLINE void free_slab_block_slow(Heap* heap, Page* page, FreeBlock* blo
 }
 
 XALLOC_NOINLINE void free_span(Segment* segment, Page* page, void* ptr, Caller caller) {
-  auto address = reinterpret_cast<uintptr_t>(ptr);
-  switch (page->kind()) {
-    case PageKind::kLarge:
-      if (address != page->start)
-        report_span_misuse("invalid free (not the start of a block)", ptr, "large block", page->large_usable, caller);
-      // A span kept for the thread's next large block or sample (kept_spans.h)
-      // is free: it has no usable bytes.
-      if (page->large_usable == 0) report_span_misuse("double free", ptr, "large block", 0, caller);
-      large_free(page);
-      return;
-    case PageKind::kHuge:
-      if (address != page->start)
-        report_span_misuse("invalid free (not the start of a block)", ptr, "huge block", segment->huge_usable, caller);
-      huge_free(segment);
-      return;
-    default:
-      // A freed large or huge block keeps its start in its descriptor until
-      // the space is reused or merged.
-      if (is_free_kind(page->kind()) && address == page->start) report_misuse("double free", ptr, 0, caller);
-      report_misuse("invalid free (pointer into free memory)", ptr, 0, caller);
-  }
+  check_span_block(segment, page, ptr, kFreeWords, caller);
+  if (page->kind() == PageKind::kLarge) return large_free(page);
+  huge_free(segment);
 }
 
 // A span without an owner: a large, huge or free span, or a slab in the
@@ -312,32 +334,19 @@ void* realloc(void* ptr, size_t size, Caller caller) {
   Page* page = page_of(segment, address);
   switch (page->kind()) {
     case PageKind::kSlab: {
-      if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_limit_now()))) {
-        if (!is_block_start(page, address))
-          report_misuse("invalid realloc (not the start of a block)", ptr, page->block_size(), caller);
-        report_misuse("invalid realloc (pointer into free memory)", ptr, page->block_size(), caller);
-      }
+      if (XALLOC_UNLIKELY(!is_carved_block_start(page, address, page->carved_limit_now())))
+        report_slab_address(page, ptr, kReallocWords, caller);
       if (XALLOC_MISUSE_CHECKS && static_cast<FreeBlock*>(ptr)->marker == free_marker(static_cast<FreeBlock*>(ptr)))
-        report_misuse("realloc of a freed block", ptr, page->block_size(), caller);
+        report_misuse(kReallocWords.freed, ptr, page->block_size(), caller);
       size_t old_size = page->block_size() - secure::kCanaryBytes;
       // Stay in place unless the block would be less than half used.
       if (size <= old_size && (size > old_size / 2 || old_size <= 16)) return ptr;
       return realloc_by_moving(ptr, old_size, size, caller);
     }
-    case PageKind::kLarge:
-      if (address != page->start)
-        report_span_misuse("invalid realloc (not the start of a block)", ptr, "large block", page->large_usable, caller);
-      if (page->large_usable == 0) report_span_misuse("realloc of a freed block", ptr, "large block", 0, caller);
-      return realloc_large(page, ptr, size, caller);
-    case PageKind::kHuge:
-      if (address != page->start)
-        report_span_misuse("invalid realloc (not the start of a block)", ptr, "huge block", segment->huge_usable,
-                           caller);
-      return realloc_huge(segment, ptr, size, caller);
     default:
-      if (is_free_kind(page->kind()) && address == page->start)
-        report_misuse("realloc of a freed block", ptr, 0, caller);
-      report_misuse("invalid realloc (pointer into free memory)", ptr, 0, caller);
+      check_span_block(segment, page, ptr, kReallocWords, caller);
+      if (page->kind() == PageKind::kLarge) return realloc_large(page, ptr, size, caller);
+      return realloc_huge(segment, ptr, size, caller);
   }
 }
 
