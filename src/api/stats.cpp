@@ -53,7 +53,7 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   out->committed = g_global.committed.load(std::memory_order_relaxed);
   // Heaps keep the spans of some freed large blocks still counted (heap.h).
   size_t kept = 0;
-  xalloc::for_each_heap([&](xalloc::Heap* h) { kept += h->kept_counted.load(std::memory_order_relaxed); });
+  xalloc::for_each_heap([&](xalloc::Heap* h) { kept += h->kept.counted.load(std::memory_order_relaxed); });
   out->large_in_use = g_global.large_in_use.load(std::memory_order_relaxed) - kept;
   out->in_use = out->large_in_use + xalloc::slab_live_bytes();
   out->purged = g_global.purged.load(std::memory_order_relaxed);

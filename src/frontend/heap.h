@@ -45,7 +45,51 @@ enum class HeapState : uint32_t {
   kDead = 2,     // its thread does not exist (fork child): never reused
 };
 
-static_assert(kNumClasses <= 64, "Heap::spare_classes has a bit per class");
+
+// Empty slabs a heap keeps instead of letting them go (slab_pool.h), with
+// their free lists intact (at most 1 MiB in all, listed by class through
+// Page::next), for the pattern that would otherwise take and return slabs
+// on every round: a batch that spills past the current slab and is then
+// freed. A class's spares go back after kSpareLifetime slow paths without
+// one being kept or reused (heap_slabs.cpp), and those of a thread that
+// has stopped using them at the reclaim pass (claimed first, as the kept
+// spans are: every use is between kept_enter and kept_exit).
+struct SpareSlabs {
+  Page* slab[kNumClasses] = {};
+  uint32_t since[kNumClasses] = {};       // slow_calls when the last one was kept
+  std::atomic<uint32_t> slices{0};        // their length in all (read by the pass to decide what to claim)
+  std::atomic<uint64_t> classes{0};       // bit c: slab[c] != nullptr
+  std::atomic<uint32_t> changes{0};       // spares kept or taken so far (written by the heap's thread)
+  uint32_t seen = 0;                      // changes at the last pass (the pass's own)
+};
+static_assert(kNumClasses <= 64, "SpareSlabs::classes has a bit per class");
+
+// Spans of large blocks a heap's thread freed, kept whole for its next
+// large blocks of the same length and for its samples (kept_spans.h). A
+// kept span stays a large span with no usable bytes. The bytes of its last
+// block stay counted in the statistics' large_in_use until the span is
+// reused or released (so a block of the same size that takes it changes no
+// shared counter); `counted` sums them, for xalloc_get_stats to take off.
+// They are the heap's thread's, but for the pass that gives back the spans
+// of a thread that stopped using them (reclaim_idle_kept_memory), which
+// claims them first: the thread marks itself busy while it uses them, and
+// does without them the times they are claimed (kept_enter, below). The
+// counts may be read at any time.
+struct KeptSpans {
+  struct Span {
+    Page* span;
+    size_t counted;
+  };
+  Span spans[kKeptSpanSlots] = {};
+  std::atomic<uint32_t> count{0};
+  std::atomic<uint32_t> slices{0};
+  std::atomic<uint32_t> busy{0};     // written by the heap's thread
+  std::atomic<uint32_t> claimed{0};  // written by the pass
+  std::atomic<uint32_t> changes{0};  // spans kept so far (written by the heap's thread)
+  uint32_t seen = 0;                 // changes at the last pass (the pass's own)
+  uint32_t since = 0;                // slow_calls when one was last kept or taken (the heap's thread's own)
+  std::atomic<size_t> counted{0};
+};
 
 // Borrowed blocks by class (borrow.h): a pseudo-slab each, whose free list
 // the direct and serving tables serve from while it has blocks. Its
@@ -113,20 +157,8 @@ struct alignas(64) Heap {
   // has had none for a while and whose current slab is empty lets the slab
   // go (current_slabs_expire in heap.cpp).
   uint32_t class_slow_at[kNumClasses];
-  // Empty slabs kept instead of leaving the heap (slab_pool.h), with
-  // their free lists intact (at most 1 MiB in all, listed by class through
-  // Page::next), for the pattern that would otherwise take and return slabs
-  // on every round: a batch that spills past the current slab and is then
-  // freed. A class's spares go back after kSpareLifetime slow paths
-  // without one being kept or reused (heap.cpp), and those of a thread
-  // that has stopped using them at the reclaim pass (claimed first, as the
-  // kept spans below are: every use is between kept_enter and kept_exit).
-  Page* spare[kNumClasses];
-  uint32_t spare_since[kNumClasses];  // slow_calls when the last one was kept
-  std::atomic<uint32_t> spare_slices;    // their length in all (read by the pass to decide what to claim)
-  std::atomic<uint64_t> spare_classes;   // bit c: spare[c] != nullptr
-  std::atomic<uint32_t> spare_changes;   // spares kept or taken so far (written by the heap's thread)
-  uint32_t spare_seen;                   // spare_changes at the last pass (the pass's own)
+  // Empty slabs kept for reuse (SpareSlabs, above).
+  SpareSlabs spares;
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -138,31 +170,8 @@ struct alignas(64) Heap {
   // Blocks borrowed from stalled heaps' inboxes (borrow.h); mapped when
   // the heap first borrows, so that heaps that never do touch none of it.
   BorrowedLists* borrowed;
-  // Spans of large blocks this heap's thread freed, kept whole for its next
-  // large blocks of the same length and for its samples (large.cpp). A kept
-  // span stays a large span with no usable bytes. The bytes of its last
-  // block stay counted in the statistics' large_in_use until the span is
-  // reused or released (so a block of the same size that takes it changes
-  // no shared counter); kept_counted sums them, for xalloc_get_stats to
-  // take off.
-  struct KeptSpan {
-    Page* span;
-    size_t counted;
-  };
-  // They are the heap's thread's, but for the pass that gives back the
-  // spans of a thread that stopped using them (reclaim_idle_kept_memory in
-  // large.cpp), which claims them first: the thread marks itself busy
-  // while it uses them, and does without them the times they are claimed
-  // (kept_enter, below). The counts may be read at any time.
-  KeptSpan kept_spans[kKeptSpanSlots];
-  std::atomic<uint32_t> kept_span_count;
-  std::atomic<uint32_t> kept_slices;
-  std::atomic<uint32_t> kept_busy;     // written by the heap's thread
-  std::atomic<uint32_t> kept_claimed;  // written by the pass
-  std::atomic<uint32_t> kept_changes;  // spans kept so far (written by the heap's thread)
-  uint32_t kept_seen;   // kept_changes at the last pass (the pass's own)
-  uint32_t kept_since;  // slow_calls when one was last kept or taken (the heap's thread's own)
-  std::atomic<size_t> kept_counted;
+  // Spans of freed large blocks kept for reuse (KeptSpans, above).
+  KeptSpans kept;
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -219,10 +228,8 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spare{}, spare_since{}, spare_slices(0),
-      spare_classes(0), spare_changes(0), spare_seen(0), requests{}, sample_countdown(0), windows(nullptr),
-      borrowed(nullptr), kept_spans{}, kept_span_count(0), kept_slices(0), kept_busy(0),
-      kept_claimed(0), kept_changes(0), kept_seen(0), kept_since(0), kept_counted(0), outbox{},
+    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, sample_countdown(0), windows(nullptr),
+      borrowed(nullptr), kept{}, outbox{},
 #if XALLOC_SECURE
       quarantine{},
 #endif
@@ -283,12 +290,12 @@ void heap_grow_up(Heap* heap);
 // sees the lists as the other left them.) Not for g_empty_heap, which
 // every thread without a heap shares: callers check they have a heap.
 XALLOC_INLINE bool kept_enter(Heap* heap) {
-  heap->kept_busy.store(1, std::memory_order_relaxed);
+  heap->kept.busy.store(1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's part of the fence
-  if (XALLOC_LIKELY(heap->kept_claimed.load(std::memory_order_acquire) == 0)) return true;
-  heap->kept_busy.store(0, std::memory_order_release);
+  if (XALLOC_LIKELY(heap->kept.claimed.load(std::memory_order_acquire) == 0)) return true;
+  heap->kept.busy.store(0, std::memory_order_release);
   return false;
 }
-XALLOC_INLINE void kept_exit(Heap* heap) { heap->kept_busy.store(0, std::memory_order_release); }
+XALLOC_INLINE void kept_exit(Heap* heap) { heap->kept.busy.store(0, std::memory_order_release); }
 
 }  // namespace xalloc

@@ -176,36 +176,36 @@ constexpr uint32_t kSpareLifetime = 256;
 // (The spare functions run between kept_enter and kept_exit, or in the
 // reclaim pass after its barrier: heap.h.)
 Page* spare_take(Heap* heap, unsigned cls) {
-  Page* page = heap->spare[cls];
-  heap->spare[cls] = page->next;
+  Page* page = heap->spares.slab[cls];
+  heap->spares.slab[cls] = page->next;
   if (page->next == nullptr)
-    heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) & ~(uint64_t{1} << cls),
+    heap->spares.classes.store(heap->spares.classes.load(std::memory_order_relaxed) & ~(uint64_t{1} << cls),
                               std::memory_order_relaxed);
   page->next = nullptr;
-  heap->spare_slices.store(heap->spare_slices.load(std::memory_order_relaxed) - page->slice_count,
+  heap->spares.slices.store(heap->spares.slices.load(std::memory_order_relaxed) - page->slice_count,
                            std::memory_order_relaxed);
   return page;
 }
 
 void spares_release(Heap* heap, unsigned cls) {
-  while (heap->spare[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
+  while (heap->spares.slab[cls] != nullptr) slab_release(heap, spare_take(heap, cls));
 }
 
 // A spare kept or taken: what the reclaim pass looks at to tell a heap
 // that has stopped using its spares.
 void note_spare_change(Heap* heap) {
-  heap->spare_changes.store(heap->spare_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  heap->spares.changes.store(heap->spares.changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void spare_keep(Heap* heap, Page* page) {
   unsigned cls = page->size_class;
   page->set_state(SlabState::kDetached);
-  page->next = heap->spare[cls];
-  heap->spare[cls] = page;
-  heap->spare_classes.store(heap->spare_classes.load(std::memory_order_relaxed) | uint64_t{1} << cls,
+  page->next = heap->spares.slab[cls];
+  heap->spares.slab[cls] = page;
+  heap->spares.classes.store(heap->spares.classes.load(std::memory_order_relaxed) | uint64_t{1} << cls,
                             std::memory_order_relaxed);
-  heap->spare_since[cls] = heap->slow_calls;
-  heap->spare_slices.store(heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count,
+  heap->spares.since[cls] = heap->slow_calls;
+  heap->spares.slices.store(heap->spares.slices.load(std::memory_order_relaxed) + page->slice_count,
                            std::memory_order_relaxed);
   note_spare_change(heap);
 }
@@ -217,7 +217,7 @@ uint32_t spare_slice_budget() { return per_heap_share(kMaxSpareSlices, kSpareSli
 // there is room, so that the next refill of the class reuses it as it is.
 void slab_empty(Heap* heap, Page* page) {
   if (heap->state.load(std::memory_order_relaxed) == HeapState::kActive && kept_enter(heap)) {
-    bool room = heap->spare_slices.load(std::memory_order_relaxed) + page->slice_count <= spare_slice_budget();
+    bool room = heap->spares.slices.load(std::memory_order_relaxed) + page->slice_count <= spare_slice_budget();
     if (room) spare_keep(heap, page);
     kept_exit(heap);
     if (room) return;
@@ -229,9 +229,9 @@ void slab_empty(Heap* heap, Page* page) {
 
 // A spare of class `cls`, or null (none, or claimed by the reclaim pass).
 Page* spare_reuse(Heap* heap, unsigned cls) {
-  if (heap->spare_classes.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return nullptr;
+  if (heap->spares.classes.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return nullptr;
   Page* page = nullptr;
-  if (heap->spare[cls] != nullptr) {
+  if (heap->spares.slab[cls] != nullptr) {
     page = spare_take(heap, cls);
     note_spare_change(heap);
   }
@@ -262,10 +262,10 @@ void current_slabs_expire(Heap* heap) {
 void spares_expire(Heap* heap) {
   if (!kept_enter(heap)) return;
   XALLOC_DEBUG_ONLY(for (unsigned cls = 0; cls < kNumClasses; ++cls) XALLOC_CHECK(
-                        (heap->spare[cls] != nullptr) == ((heap->spare_classes.load() >> cls & 1) != 0)));
-  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1) {
+                        (heap->spares.slab[cls] != nullptr) == ((heap->spares.classes.load() >> cls & 1) != 0)));
+  for (uint64_t classes = heap->spares.classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1) {
     auto cls = static_cast<unsigned>(__builtin_ctzll(classes));
-    if (heap->slow_calls - heap->spare_since[cls] >= kSpareLifetime) spares_release(heap, cls);
+    if (heap->slow_calls - heap->spares.since[cls] >= kSpareLifetime) spares_release(heap, cls);
   }
   kept_exit(heap);
 }
@@ -327,7 +327,7 @@ void heap_on_needed_zero(Heap* heap, Page* page) {
 }
 
 void spares_release_all(Heap* heap) {
-  for (uint64_t classes = heap->spare_classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1)
+  for (uint64_t classes = heap->spares.classes.load(std::memory_order_relaxed); classes != 0; classes &= classes - 1)
     spares_release(heap, static_cast<unsigned>(__builtin_ctzll(classes)));
 }
 

@@ -26,10 +26,10 @@ void heap_periodic(Heap* heap) {
   // Not for the heap of exiting threads (late_alloc), which runs under the
   // registry lock: a dump allocates.
   if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
-  if (heap->spare_classes.load(std::memory_order_relaxed) != 0) spares_expire(heap);
+  if (heap->spares.classes.load(std::memory_order_relaxed) != 0) spares_expire(heap);
   // (Not while the profiler's windows stand in front of the current slabs.)
   if ((heap->slow_calls & (kCurrentLifetime - 1)) == 0 && !prof::windowed()) current_slabs_expire(heap);
-  if (heap->slow_calls - heap->kept_since >= kKeptSpanLifetime) kept_spans_release(heap);
+  if (heap->slow_calls - heap->kept.since >= kKeptSpanLifetime) kept_spans_release(heap);
   if (outbox_pending(heap->outbox)) outbox_flush(heap->outbox);
   heap->remote_frees_sent.store(heap->outbox.blocks, std::memory_order_relaxed);
   purge_idle_memory(os::monotonic_ms());
@@ -67,7 +67,7 @@ void heap_collect(Heap* heap) {
 }
 
 void heap_release_spares(Heap* heap) {
-  if (heap->spare_classes.load(std::memory_order_relaxed) != 0 && kept_enter(heap)) {
+  if (heap->spares.classes.load(std::memory_order_relaxed) != 0 && kept_enter(heap)) {
     spares_release_all(heap);
     kept_exit(heap);
   }
@@ -96,7 +96,7 @@ size_t release_caches() {
 
 bool release_cached_memory() {
   Heap* heap = t_heap;
-  size_t released = size_t{heap->kept_slices.load(std::memory_order_relaxed)} << kSliceShift;
+  size_t released = size_t{heap->kept.slices.load(std::memory_order_relaxed)} << kSliceShift;
   kept_spans_release(heap);
   return released + release_caches() != 0;
 }

@@ -35,15 +35,15 @@ namespace {
 
 // Takes kept span `i` out of `heap`'s list, with the bytes its last block
 // still counts in use.
-XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
-  Heap::KeptSpan kept = heap->kept_spans[i];
-  uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed);
-  for (uint32_t j = i + 1; j < count; ++j) heap->kept_spans[j - 1] = heap->kept_spans[j];
-  heap->kept_span_count.store(count - 1, std::memory_order_relaxed);
-  heap->kept_slices.store(heap->kept_slices.load(std::memory_order_relaxed) - kept.span->slice_count,
+XALLOC_INLINE KeptSpans::Span kept_span_remove(Heap* heap, uint32_t i) {
+  KeptSpans::Span kept = heap->kept.spans[i];
+  uint32_t count = heap->kept.count.load(std::memory_order_relaxed);
+  for (uint32_t j = i + 1; j < count; ++j) heap->kept.spans[j - 1] = heap->kept.spans[j];
+  heap->kept.count.store(count - 1, std::memory_order_relaxed);
+  heap->kept.slices.store(heap->kept.slices.load(std::memory_order_relaxed) - kept.span->slice_count,
                           std::memory_order_relaxed);
-  heap->kept_since = heap->slow_calls;
-  heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) - kept.counted,
+  heap->kept.since = heap->slow_calls;
+  heap->kept.counted.store(heap->kept.counted.load(std::memory_order_relaxed) - kept.counted,
                            std::memory_order_relaxed);
   return kept;
 }
@@ -56,7 +56,7 @@ XALLOC_INLINE Heap::KeptSpan kept_span_remove(Heap* heap, uint32_t i) {
 uint32_t kept_slice_budget() { return per_heap_share(kKeptSliceBudget, kKeptSlicesAllHeaps); }
 
 // Gives a span taken out of a heap's kept spans to the span allocator.
-void kept_span_release(Heap::KeptSpan kept) {
+void kept_span_release(KeptSpans::Span kept) {
   stats::sub(stats::g_global.large_in_use, kept.counted);
   large_release(kept.span);
 }
@@ -64,19 +64,19 @@ void kept_span_release(Heap::KeptSpan kept) {
 // Gives every kept span of `heap` to the span allocator (its thread,
 // between kept_enter and kept_exit, or the pass, after its barrier).
 void kept_release_all(Heap* heap) {
-  for (uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed); count != 0;) {
-    kept_span_release(heap->kept_spans[--count]);
-    heap->kept_span_count.store(count, std::memory_order_relaxed);
+  for (uint32_t count = heap->kept.count.load(std::memory_order_relaxed); count != 0;) {
+    kept_span_release(heap->kept.spans[--count]);
+    heap->kept.count.store(count, std::memory_order_relaxed);
   }
-  heap->kept_slices.store(0, std::memory_order_relaxed);
-  heap->kept_counted.store(0, std::memory_order_relaxed);
+  heap->kept.slices.store(0, std::memory_order_relaxed);
+  heap->kept.counted.store(0, std::memory_order_relaxed);
 }
 
 // Releases `heap`'s oldest kept spans until there is a free slot and room
 // for `slices` more within `budget`.
 XALLOC_NOINLINE void kept_make_room(Heap* heap, uint32_t slices, uint32_t budget) {
-  while (heap->kept_span_count.load(std::memory_order_relaxed) == kKeptSpanSlots ||
-         heap->kept_slices.load(std::memory_order_relaxed) + slices > budget)
+  while (heap->kept.count.load(std::memory_order_relaxed) == kKeptSpanSlots ||
+         heap->kept.slices.load(std::memory_order_relaxed) + slices > budget)
     kept_span_release(kept_span_remove(heap, 0));
 }
 
@@ -88,21 +88,21 @@ void kept_span_add(Heap* heap, Page* span, size_t counted) {
   uint32_t budget = kept_slice_budget();
   uint32_t slices = span->slice_count;
   if (XALLOC_UNLIKELY(slices > budget)) return kept_span_release({span, counted});
-  uint32_t count = heap->kept_span_count.load(std::memory_order_relaxed);
-  uint32_t kept = heap->kept_slices.load(std::memory_order_relaxed);
+  uint32_t count = heap->kept.count.load(std::memory_order_relaxed);
+  uint32_t kept = heap->kept.slices.load(std::memory_order_relaxed);
   if (XALLOC_UNLIKELY(count == kKeptSpanSlots || kept + slices > budget)) {
     kept_make_room(heap, slices, budget);
-    count = heap->kept_span_count.load(std::memory_order_relaxed);
-    kept = heap->kept_slices.load(std::memory_order_relaxed);
+    count = heap->kept.count.load(std::memory_order_relaxed);
+    kept = heap->kept.slices.load(std::memory_order_relaxed);
   }
   span->large_usable = 0;
   span->sampled = 0;
-  heap->kept_spans[count] = {span, counted};
-  heap->kept_span_count.store(count + 1, std::memory_order_relaxed);
-  heap->kept_slices.store(kept + slices, std::memory_order_relaxed);
-  heap->kept_changes.store(heap->kept_changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  heap->kept_since = heap->slow_calls;
-  heap->kept_counted.store(heap->kept_counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
+  heap->kept.spans[count] = {span, counted};
+  heap->kept.count.store(count + 1, std::memory_order_relaxed);
+  heap->kept.slices.store(kept + slices, std::memory_order_relaxed);
+  heap->kept.changes.store(heap->kept.changes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  heap->kept.since = heap->slow_calls;
+  heap->kept.counted.store(heap->kept.counted.load(std::memory_order_relaxed) + counted, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -190,15 +190,15 @@ void returned_spans_collect(Heap* heap) {
 XALLOC_INLINE Page* pick_kept_span(Heap* heap, size_t slices, size_t usable) {
   uint32_t found = kKeptSpanSlots;
   size_t longest = slices + slices / 8;
-  for (uint32_t i = heap->kept_span_count.load(std::memory_order_relaxed); i-- > 0;) {
-    size_t length = heap->kept_spans[i].span->slice_count;
+  for (uint32_t i = heap->kept.count.load(std::memory_order_relaxed); i-- > 0;) {
+    size_t length = heap->kept.spans[i].span->slice_count;
     if (length < slices || length > longest) continue;
     found = i;
     if (length == slices) break;
     longest = length - 1;  // only a shorter one is better
   }
   if (found == kKeptSpanSlots) return nullptr;
-  Heap::KeptSpan kept = kept_span_remove(heap, found);
+  KeptSpans::Span kept = kept_span_remove(heap, found);
   if (secure::kEnabled && kept.span->guard_offset != usable) {
     large_unguard(kept.span);
     large_guard_at(kept.span, usable);
@@ -227,7 +227,7 @@ XALLOC_NOINLINE Page* pick_returned_span(Heap* heap, size_t slices, size_t usabl
 // not written to.
 Page* take_kept_span(Heap* heap, size_t slices, size_t usable) {
   bool returned = heap->returned_spans.load(std::memory_order_relaxed) != nullptr;
-  if ((heap->kept_span_count.load(std::memory_order_relaxed) == 0 && !returned) || !kept_enter(heap)) return nullptr;
+  if ((heap->kept.count.load(std::memory_order_relaxed) == 0 && !returned) || !kept_enter(heap)) return nullptr;
   Page* span = pick_kept_span(heap, slices, usable);
   if (XALLOC_UNLIKELY(span == nullptr) && returned) span = pick_returned_span(heap, slices, usable);
   kept_exit(heap);
@@ -242,7 +242,7 @@ void kept_spans_release(Heap* heap) {
   if (heap->returned_spans.load(std::memory_order_relaxed) != nullptr) returned_spans_release(heap);
   // (Not a write to g_empty_heap, which every thread without a heap shares.
   // Claimed by the reclaim pass: the pass is giving them back.)
-  if (heap->kept_span_count.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return;
+  if (heap->kept.count.load(std::memory_order_relaxed) == 0 || !kept_enter(heap)) return;
   kept_release_all(heap);
   kept_exit(heap);
 }
@@ -277,28 +277,28 @@ void reclaim_returned_spans(Heap* heap, bool force) {
 // Claims the kept spans and spare slabs of `heap` if it has kept or taken
 // none since the pass before (any, with `force`); true if it did.
 bool claim_idle_kept_memory(Heap* heap, bool force) {
-  uint32_t changes = heap->kept_changes.load(std::memory_order_relaxed);
-  uint32_t spare_changes = heap->spare_changes.load(std::memory_order_relaxed);
-  bool idle = force || (changes == heap->kept_seen && spare_changes == heap->spare_seen);
+  uint32_t changes = heap->kept.changes.load(std::memory_order_relaxed);
+  uint32_t spare_changes = heap->spares.changes.load(std::memory_order_relaxed);
+  bool idle = force || (changes == heap->kept.seen && spare_changes == heap->spares.seen);
   // (No write to a line the thread may be using unless something changed.)
-  if (changes != heap->kept_seen) heap->kept_seen = changes;
-  if (spare_changes != heap->spare_seen) heap->spare_seen = spare_changes;
-  if (!idle || (heap->kept_span_count.load(std::memory_order_relaxed) == 0 &&
-                heap->spare_slices.load(std::memory_order_relaxed) == 0))
+  if (changes != heap->kept.seen) heap->kept.seen = changes;
+  if (spare_changes != heap->spares.seen) heap->spares.seen = spare_changes;
+  if (!idle || (heap->kept.count.load(std::memory_order_relaxed) == 0 &&
+                heap->spares.slices.load(std::memory_order_relaxed) == 0))
     return false;
-  heap->kept_claimed.store(1, std::memory_order_relaxed);
+  heap->kept.claimed.store(1, std::memory_order_relaxed);
   return true;
 }
 
 // After the barrier: the claimed spans and spares of a heap whose thread
 // is not using them go back; the claim is lifted either way.
 void release_claimed_kept_memory(Heap* heap, bool barrier_done) {
-  if (heap->kept_claimed.load(std::memory_order_relaxed) == 0) return;
-  if (barrier_done && heap->kept_busy.load(std::memory_order_acquire) == 0) {
+  if (heap->kept.claimed.load(std::memory_order_relaxed) == 0) return;
+  if (barrier_done && heap->kept.busy.load(std::memory_order_acquire) == 0) {
     kept_release_all(heap);
     spares_release_all(heap);
   }
-  heap->kept_claimed.store(0, std::memory_order_release);
+  heap->kept.claimed.store(0, std::memory_order_release);
 }
 
 }  // namespace
@@ -324,7 +324,7 @@ void reclaim_idle_kept_memory(bool force, uint64_t now_ms) {
 // the child.
 void reclaim_reset_after_fork_child() {
   g_reclaim_pass_running.store(false, std::memory_order_relaxed);
-  for_each_heap([](Heap* heap) { heap->kept_claimed.store(0, std::memory_order_relaxed); });
+  for_each_heap([](Heap* heap) { heap->kept.claimed.store(0, std::memory_order_relaxed); });
   os::process_wide_barrier_reset_after_fork_child();
 }
 

@@ -417,10 +417,10 @@ TEST(KeptSpans, SpansOfAnIdleThreadAreReclaimed) {
     blocks.clear();
     return idle->returned_slices.load();
   };
-  auto held = [&] { return idle->returned_slices.load() + (kept_reclaimable ? idle->kept_slices.load() : 0); };
+  auto held = [&] { return idle->returned_slices.load() + (kept_reclaimable ? idle->kept.slices.load() : 0); };
 
   ASSERT_EQ(hand_back(1), 6u) << "the spans did not go back to their allocating thread";
-  ASSERT_EQ(idle->kept_slices.load(), 5u) << "the thread did not keep the span it freed";
+  ASSERT_EQ(idle->kept.slices.load(), 5u) << "the thread did not keep the span it freed";
   // Slow paths of this thread run the periodic work: slabs of 48-byte
   // blocks filled and emptied.
   auto start = std::chrono::steady_clock::now();
@@ -431,16 +431,16 @@ TEST(KeptSpans, SpansOfAnIdleThreadAreReclaimed) {
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(idle->returned_slices.load(), 0u) << "handed-back spans stayed with the idle thread for " << waited << " s";
-  EXPECT_EQ(idle->kept_slices.load(), kept_reclaimable ? 0u : 5u) << "kept spans after " << waited << " s";
+  EXPECT_EQ(idle->kept.slices.load(), kept_reclaimable ? 0u : 5u) << "kept spans after " << waited << " s";
   EXPECT_GE(waited, 0.45) << "spans were taken from their thread before a purge delay";
   phase.store(2);
 
   ASSERT_EQ(hand_back(3), 6u);
-  ASSERT_EQ(idle->kept_slices.load(), 5u);
+  ASSERT_EQ(idle->kept.slices.load(), 5u);
   xalloc_trim(0);
   EXPECT_EQ(idle->returned_slices.load(), 0u) << "malloc_trim left another thread's returned spans";
   EXPECT_EQ(idle->returned_spans.load(), nullptr);
-  EXPECT_EQ(idle->kept_slices.load(), kept_reclaimable ? 0u : 5u) << "malloc_trim and another thread's kept spans";
+  EXPECT_EQ(idle->kept.slices.load(), kept_reclaimable ? 0u : 5u) << "malloc_trim and another thread's kept spans";
   phase.store(4);
   owner.join();
 }
@@ -461,22 +461,22 @@ TEST(SpareSlabs, EmptiedSlabServesTheNextRefillOfItsClass) {
     std::vector<void*> blocks = fill_three_slabs();
     xalloc::Heap* heap = xalloc::t_heap;
     for (void* p : blocks) xalloc_free(p);
-    const uint32_t kept = heap->spare_slices.load();
+    const uint32_t kept = heap->spares.slices.load();
     ASSERT_GE(kept, 1u) << "no emptied slab was kept";
-    const xalloc::Page* spare = heap->spare[xalloc::class_of(48)];
+    const xalloc::Page* spare = heap->spares.slab[xalloc::class_of(48)];
     ASSERT_NE(spare, nullptr);
     const uintptr_t spare_start = spare->start;
     blocks = fill_three_slabs();
-    EXPECT_LT(heap->spare_slices.load(), kept) << "the refills did not take a spare";
+    EXPECT_LT(heap->spares.slices.load(), kept) << "the refills did not take a spare";
     bool reused = std::any_of(blocks.begin(), blocks.end(), [&](void* p) {
       auto address = reinterpret_cast<uintptr_t>(p);
       return address >= spare_start && address < spare_start + kSlice;
     });
     EXPECT_TRUE(reused) << "the spare slab was not used again";
     for (void* p : blocks) xalloc_free(p);
-    ASSERT_GE(heap->spare_slices.load(), 1u);
+    ASSERT_GE(heap->spares.slices.load(), 1u);
     xalloc_trim(0);
-    EXPECT_EQ(heap->spare_slices.load(), 0u) << "malloc_trim left the thread's spares";
+    EXPECT_EQ(heap->spares.slices.load(), 0u) << "malloc_trim left the thread's spares";
   }).join();
 }
 
@@ -491,13 +491,13 @@ TEST(SpareSlabs, SlabsOfSeveralSlicesAreKeptUpToTheBound) {
     for (void*& p : blocks) p = xalloc_malloc(kSize);
     xalloc::Heap* heap = xalloc::t_heap;
     for (void* p : blocks) xalloc_free(p);
-    ASSERT_NE(heap->spare[cls], nullptr) << "no emptied slab of two slices was kept";
-    EXPECT_EQ(heap->spare_slices.load(), 16u) << "the spares are not filled up to their bound";
+    ASSERT_NE(heap->spares.slab[cls], nullptr) << "no emptied slab of two slices was kept";
+    EXPECT_EQ(heap->spares.slices.load(), 16u) << "the spares are not filled up to their bound";
     size_t listed = 0;
-    for (const xalloc::Page* page = heap->spare[cls]; page != nullptr; page = page->next) listed += page->slice_count;
-    EXPECT_EQ(listed, heap->spare_slices.load());
+    for (const xalloc::Page* page = heap->spares.slab[cls]; page != nullptr; page = page->next) listed += page->slice_count;
+    EXPECT_EQ(listed, heap->spares.slices.load());
     xalloc_trim(0);
-    EXPECT_EQ(heap->spare_slices.load(), 0u);
+    EXPECT_EQ(heap->spares.slices.load(), 0u);
   }).join();
 }
 
@@ -523,7 +523,7 @@ TEST(SpareSlabs, ManyThreadsKeepTheirShare) {
     xalloc::Heap* heap = xalloc::t_heap;
     ASSERT_GE(xalloc::live_heap_count(), 128u);
     for (void* p : blocks) xalloc_free(p);
-    EXPECT_EQ(heap->spare_slices.load(), 4u) << "a thread among many kept more than its share";
+    EXPECT_EQ(heap->spares.slices.load(), 4u) << "a thread among many kept more than its share";
   }).join();
   done.store(true);
   for (std::thread& t : others) t.join();
@@ -577,29 +577,29 @@ TEST(SpareSlabs, SparesOfAnIdleThreadAreReclaimed) {
   };
 
   wait_for(1);
-  const uint32_t kept = idle->spare_slices.load();
+  const uint32_t kept = idle->spares.slices.load();
   ASSERT_GE(kept, 1u);
   // This thread's slow paths run the periodic work: 64-byte blocks, a
   // class of their own.
   auto start = std::chrono::steady_clock::now();
   std::vector<void*> churn(20000);
-  while (idle->spare_slices.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+  while (idle->spares.slices.load() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
     for (void*& p : churn) p = xalloc_malloc(64);
     for (void* p : churn) xalloc_free(p);
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(idle->spare_slices.load(), reclaimable ? 0u : kept) << "spares after " << waited << " s";
+  EXPECT_EQ(idle->spares.slices.load(), reclaimable ? 0u : kept) << "spares after " << waited << " s";
   if (reclaimable) {
-    EXPECT_EQ(idle->spare_classes.load(), 0u);
+    EXPECT_EQ(idle->spares.classes.load(), 0u);
   }
   EXPECT_GE(waited, 0.45) << "spares were taken from their thread before a purge delay";
   phase.store(2);
 
   wait_for(3);
-  ASSERT_GE(idle->spare_slices.load(), 1u) << "the thread did not keep spares again after the pass took them";
-  const uint32_t kept_again = idle->spare_slices.load();
+  ASSERT_GE(idle->spares.slices.load(), 1u) << "the thread did not keep spares again after the pass took them";
+  const uint32_t kept_again = idle->spares.slices.load();
   xalloc_trim(0);
-  EXPECT_EQ(idle->spare_slices.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
+  EXPECT_EQ(idle->spares.slices.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
   phase.store(4);
   owner.join();
 }
@@ -915,8 +915,8 @@ TEST(KeptSpans, ManyLiveThreadsShareOneBudget) {
   while (done.load() != kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   uint32_t kept = 0, most = 0;
   for (xalloc::Heap* heap : heaps) {
-    kept += heap->kept_slices.load();
-    most = std::max(most, heap->kept_slices.load());
+    kept += heap->kept.slices.load();
+    most = std::max(most, heap->kept.slices.load());
   }
   finish = true;
   for (auto& t : threads) t.join();
