@@ -38,7 +38,7 @@ struct Segment {
   Segment* prev;
   uint64_t freed_at;          // huge cache: when the block was freed (ms)
   uint8_t huge_purged;        // huge cache: its pages were given back
-  uint8_t huge_sealed;        // huge cache, secure mode or commit on demand: and made inaccessible (large.cpp)
+  uint8_t huge_sealed;        // huge cache, secure mode or commit on demand: and made inaccessible (frontend/huge_cache.cpp)
   uint32_t huge_open_from;    // huge, sealed once: offset where the accessible bytes begin (0: all)
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.
@@ -53,7 +53,7 @@ struct Segment {
   // it that the budget is too tight for the program (purge_policy.cpp).
   uint64_t budget_purged[kSlicesPerSegment / 64];
   // (A cached huge block: the period its mapping was purged for the budget
-  // in, 0 if it was not: large.cpp.)
+  // in, 0 if it was not: frontend/huge_cache.cpp.)
   uint32_t budget_purge_epoch;
   Page* page_of_slice[kSlicesPerSegment];
   // 256 bytes each, on a 256-byte boundary (page.h): a descriptor's two

@@ -77,7 +77,7 @@ class alignas(64) SpanAllocator {
   // Cheap when there is nothing to do: called from slow paths.
   void maybe_purge(uint64_t now_ms);
 
-  // The huge cache's part in the budget's feedback (large.cpp): `bytes`
+  // The huge cache's part in the budget's feedback (frontend/huge_cache.cpp): `bytes`
   // of a cached mapping purged to keep within the budget, which returns
   // the review period to keep with the mapping; and such a mapping taken
   // again, purged in review period `epoch`.

@@ -13,15 +13,13 @@ constexpr size_t kZeroByResidencyMin = 8 * 1024 * 1024;
 
 // Zeroes a block for calloc whose memory held other blocks before (a kept
 // span, dirty slices, a cached huge mapping). Writing zeros over all of it
-// would make every page resident: a program that asks again and again for
-// a big zeroed table and touches a few pages of it (a sparse bitmap or
-// hash table) then had all 64 MiB written each time, 2.5 ms a call
-// against glibc's 16 us, and resident. So each group of pages that is
-// mostly resident is written; the others are given back, after which they
-// read as zero (pages swapped out too, which mincore counts as not
-// resident). Asking the kernel costs 36 us for 64 MiB resident, memset
-// 1 ms (AMD machine); faulting a page back in costs as much as writing
-// 30 resident ones, hence the majority rule.
+// would make every page resident, and a program that asks again and again
+// for a big zeroed table and touches a few pages of it (a sparse bitmap or
+// hash table) would pay for all of them each time (64 MiB: 2.5 ms a call,
+// glibc 16 us). So each group of pages that is mostly resident is written;
+// the others are given back, after which they read as zero (pages swapped
+// out too, which mincore counts as not resident). Faulting a page back in
+// costs as much as writing 30 resident ones, hence the majority rule.
 void zero_reused(void* block, size_t size) {
   if (size < kZeroByResidencyMin) {
     memset(block, 0, size);

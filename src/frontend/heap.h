@@ -32,7 +32,7 @@ namespace xalloc {
 constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
 
 // Spans of freed large blocks a heap keeps for its next large blocks
-// (large.cpp): at most this many, of at most kKeptSliceBudget slices in all,
+// (kept_spans.cpp): at most this many, of at most kKeptSliceBudget slices in all,
 // and all live threads' heaps together at most kKeptSlicesAllHeaps (each
 // its share once more than 16 threads live: kept_slice_budget).
 constexpr uint32_t kKeptSpanSlots = 4;
@@ -155,7 +155,7 @@ struct alignas(64) Heap {
   Page* partial[kNumClasses];  // slabs with free blocks, doubly linked through Page::next/prev
   // slow_calls at each class's last refill (heap_alloc_refill): a class that
   // has had none for a while and whose current slab is empty lets the slab
-  // go (current_slabs_expire in heap.cpp).
+  // go (current_slabs_expire in heap_slabs.cpp).
   uint32_t class_slow_at[kNumClasses];
   // Empty slabs kept for reuse (SpareSlabs, above).
   SpareSlabs spares;
@@ -183,7 +183,7 @@ struct alignas(64) Heap {
   // class that holds it (16, 32, 64, ..., 1024 bytes), so that a process
   // or thread that allocates little touches a few slabs - a page fault
   // each - instead of one per size class it asks for. It grows up (each
-  // size its own class again) when one of those slabs runs out (heap.cpp).
+  // size its own class again) when one of those slabs runs out (refill.cpp).
   // Not in secure mode.
   bool young;
   std::atomic<HeapState> state;
@@ -205,12 +205,12 @@ struct alignas(64) Heap {
   // refills that would borrow make slabs instead, counting it down.
   std::atomic<uint32_t> borrow_pause;
   // Spans of large blocks this heap's thread allocated and other threads
-  // freed, handed back for its next large blocks (large.cpp): a stack
+  // freed, handed back for its next large blocks (kept_spans.cpp): a stack
   // linked through Page::next, and the slices on it.
   std::atomic<Page*> returned_spans;
   std::atomic<uint32_t> returned_slices;
   // The stack's head at the last reclaim pass (reclaim_idle_kept_memory in
-  // large.cpp): written only by that pass.
+  // kept_spans.cpp): written only by that pass.
   std::atomic<Page*> returned_seen;
 
   // Held by whoever drains the heap's inbox while it is an orphan: a
@@ -277,7 +277,7 @@ void heap_grow_up(Heap* heap);
 
 // A heap's kept spans and spare slabs are its thread's, but for the pass
 // that gives back those of a thread that stopped using them
-// (reclaim_idle_kept_memory in large.cpp). Their thread uses them many
+// (reclaim_idle_kept_memory in kept_spans.cpp). Their thread uses them many
 // times a second, the pass once per purge delay, so the thread's side of the
 // exclusion has no locked instruction: it marks itself busy, then looks for
 // a claim (a store, then a load, which the processor may reorder); the pass

@@ -58,7 +58,7 @@ void cache_unlink(Segment* segment) {
 
 // `for_budget`: purged to keep within the dirty budget, not because its
 // delay passed. Such a mapping taken again soon after is evidence for the
-// budget's feedback (span_allocator.cpp): a program that frees a 24 MiB
+// budget's feedback (backend/purge_policy.cpp): a program that frees a 24 MiB
 // buffer and takes it again in a loop faulted every page of it in again at
 // every turn, 25 times the time it takes with the memory kept.
 void cache_purge_locked(Segment* s, bool for_budget) {

@@ -29,7 +29,7 @@ namespace {
 // bytes: a second free of its block is reported, and the span allocator
 // neither merges it nor grows a neighbour into it. It goes back when the
 // heap's thread exits or trims, after kKeptSpanLifetime slow paths unused
-// (heap.cpp), or when the thread has kept none for a purge delay
+// (heap_upkeep.cpp), or when the thread has kept none for a purge delay
 // (reclaim_idle_kept_memory). In the secure build a kept span keeps its
 // guard page (large_guard_at).
 

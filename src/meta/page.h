@@ -41,7 +41,7 @@ enum class PageKind : uint8_t {
 // Memory no block lives in: what a lookup of a freed block's address finds.
 inline bool is_free_kind(PageKind kind) { return kind == PageKind::kFree || kind == PageKind::kPurging; }
 
-// Where a slab stands with its owning heap (heap.cpp).
+// Where a slab stands with its owning heap (frontend/heap_slabs.cpp).
 enum class SlabState : uint8_t {
   kDetached = 0,  // not owned, or being set up
   kCurrent = 1,   // the slab its class allocates from
@@ -62,10 +62,8 @@ enum class SlabState : uint8_t {
 // in must not be a line another thread writes on its fast path, or that
 // thread's next malloc or free waits to take it back. So the read line comes
 // first, the owner's line after it, and 128 bytes of nothing before the next
-// descriptor. (With the owner's line first and no padding, a free that read
-// a descriptor's second line pulled in the next descriptor's first, written
-// by its owner on every operation: larson with 16 threads took 1.18 s
-// against 0.65 s in this layout, on 16 cores.)
+// descriptor. (Without the padding a free pulls in the next descriptor's
+// owner line: larson with 16 threads takes 1.8x the time on 16 cores.)
 struct alignas(256) Page {
   // --- first line: read by any thread that frees into the span ---
   // Slab: the heap that owns it; otherwise null. Written only while the

@@ -87,14 +87,13 @@ XALLOC_INLINE void set_next_free(const Page* page, FreeBlock* block, FreeBlock* 
 // whenever a block is handed out.
 //
 // The canary is checked when the block is freed by its owner, and when a
-// block freed by another thread reaches its owner (heap.cpp's drain). The
+// block freed by another thread reaches its owner (frontend/inbox.cpp). The
 // load of the tail overlaps with the load of the block's marker, which
 // misses too if the block is cold; in the freeing thread it would also
 // take the tail's line from the threads that write the neighbouring
-// blocks (on the free hotspot, where neighbouring blocks are freed by
-// different threads, 1.27-1.31x the default build's time instead of
-// 1.08-1.16x). A check when the block leaves the quarantine instead cost a
-// second miss on the tail (alloc-test1 1.12x slower). In the 16-byte class
+// blocks (the free hotspot, where neighbours are freed by different
+// threads, takes 1.15x the time); a check when the block leaves the
+// quarantine costs a second miss on the tail. In the 16-byte class
 // the freeing thread checks: the marker is about to overwrite the canary.
 XALLOC_INLINE bool canary_is_marker_word(const Page* page) { return secure::kEnabled && page->size_class == 0; }
 static_assert(class_size_of(0) == sizeof(FreeBlock) && class_size_of(1) >= sizeof(FreeBlock) + sizeof(uint64_t));

@@ -1,7 +1,7 @@
 // Calls that a lower layer makes into a higher one. A layer includes only
 // the layers below it (docs/design.md), so where it must call up, the
 // higher layer registers the function here at start-up
-// (frontend/thread_registry.cpp, process_init); until then each hook is
+// (frontend/process.cpp, process_init); until then each hook is
 // null and the caller does without it.
 #pragma once
 

@@ -360,7 +360,7 @@ TEST(Misuse, DoubleFreeOfLargeBlockAborts) {
 // be put in the huge cache twice, unreported; the cache list became circular
 // and the next huge malloc spun forever.
 // A large block freed by another thread waits for its allocating thread
-// with no usable bytes (large.cpp, returned spans): freed again, it is
+// with no usable bytes (frontend/kept_spans.cpp, returned spans): freed again, it is
 // reported.
 TEST(Misuse, DoubleFreeOfLargeBlockByAnotherThreadAborts) {
   void* keep = xalloc_malloc(200000);

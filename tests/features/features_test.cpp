@@ -675,7 +675,7 @@ TEST(Profiler, ThreadThatOnlyAllocatesLargeBlocksIsSampled) {
 }
 
 // The profiler keeps the spans of freed sampled blocks for its next samples
-// (large.cpp); freeing such a block twice is still a reported double free.
+// (frontend/kept_spans.cpp); freeing such a block twice is still a reported double free.
 TEST(Profiler, DoubleFreeOfASampledBlockIsReported) {
   Outcome r = run_program({XTEST_PROF_WORKLOAD, "double-free"},
                           {preload(XTEST_LIBXALLOC), "XALLOC_PROF=1", "XALLOC_PROF_RATE=1", "XALLOC_PROF_PREFIX=/dev/null/x"},
