@@ -1,6 +1,8 @@
-// Thread heaps (frontend/heap.h): spare slabs are kept up to a bound and go
-// back when their thread is idle; current slabs of classes no longer used
-// leave the heap.
+// Thread heaps (frontend/heap.h): a new heap is young and serves power-of-two
+// classes, and grows up; the direct table points at the current slabs; the
+// heap swaps a used-up current slab for a partial one; spare slabs are kept
+// up to a bound and go back when their class is no longer used or their
+// thread is idle; current slabs of classes no longer used leave the heap.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,8 +10,10 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "backend/segment.h"
 #include "core_test_util.h"
 #include "frontend/heap.h"
 #include "frontend/thread_registry.h"
@@ -32,7 +36,143 @@ std::vector<void*> fill_three_slabs() {
   return blocks;
 }
 
+// The usable size of a fresh block of `size` bytes, freed at once.
+size_t usable_size_of_new_block(size_t size) {
+  void* p = xalloc_malloc(size);
+  size_t usable = xalloc_usable_size(p);
+  xalloc_free(p);
+  return usable;
+}
+
 }  // namespace
+
+// --- young heaps and the direct table -------------------------------------------
+//
+// (In a fresh process: a thread adopts the heap of an exited thread when
+// there is one, and such a heap has grown up long ago.)
+
+// A heap made for a new thread is young: each small size is served from the
+// smallest power-of-two class that holds it, so a thread that allocates a
+// little of many sizes touches a few slabs, not one per class.
+TEST(Heap, NewHeapIsYoungAndServesPowerOfTwoClasses) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    EXPECT_EQ(xalloc::t_heap, &xalloc::g_empty_heap) << "a thread that has not allocated has a heap";
+    void* first = xalloc_malloc(48);
+    xalloc::Heap* heap = xalloc::t_heap;
+    ASSERT_NE(heap, &xalloc::g_empty_heap) << "the first small block gave the thread no heap";
+    EXPECT_TRUE(heap->young);
+    EXPECT_EQ(xalloc_usable_size(first), 64u);
+    const std::pair<size_t, size_t> young_sizes[] = {{1, 16},     {17, 32},    {48, 64},    {100, 128},
+                                                     {129, 256},  {300, 512},  {600, 1024}, {1000, 1024}};
+    for (auto [size, served] : young_sizes) EXPECT_EQ(usable_size_of_new_block(size), served) << "size " << size;
+    EXPECT_TRUE(heap->young) << "a few blocks made the heap grow up";
+    xalloc_free(first);
+  }).join();
+}
+
+// A young heap grows up when one of its power-of-two slabs runs out: from
+// then on each small size has its own class again. Blocks it served before
+// keep their class.
+TEST(Heap, YoungHeapGrowsUpWhenOneOfItsSlabsRunsOut) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    std::vector<void*> blocks;
+    blocks.push_back(xalloc_malloc(48));
+    xalloc::Heap* heap = xalloc::t_heap;
+    ASSERT_TRUE(heap->young);
+    const uint32_t capacity = xalloc::kClassInfo[xalloc::class_of(64)].capacity;
+    while (heap->young && blocks.size() <= 4u * capacity) blocks.push_back(xalloc_malloc(48));
+    EXPECT_FALSE(heap->young) << blocks.size() << " blocks of 48 bytes and still young";
+    // The first slab of 64-byte blocks held `capacity`; the block after
+    // them found it used up.
+    EXPECT_EQ(blocks.size(), capacity + 1u) << "grew up before or after its first slab ran out";
+    EXPECT_EQ(xalloc_usable_size(blocks.front()), 64u);
+    EXPECT_EQ(xalloc_usable_size(blocks.back()), 64u) << "the block that found the slab used up";
+    EXPECT_EQ(usable_size_of_new_block(48), 48u) << "a grown-up heap serves 48 bytes from the 64-byte class";
+    EXPECT_EQ(usable_size_of_new_block(100), 112u);
+    for (void* p : blocks) xalloc_free(p);
+  }).join();
+}
+
+// The fast path allocates from the slab the direct table points at: the
+// class's current slab, owned by the thread's heap, whose free list's head is
+// the next block.
+TEST(Heap, DirectTablePointsAtTheCurrentSlab) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    for (size_t size : {size_t{100}, size_t{700}}) {
+      SCOPED_TRACE(size);
+      void* p = xalloc_malloc(size);
+      xalloc::Heap* heap = xalloc::t_heap;
+      const size_t usable = xalloc_usable_size(p);  // the class that served it, young or not
+      const unsigned cls = xalloc::class_of(usable);
+      xalloc::Page* page = xalloc::lookup_page(reinterpret_cast<uintptr_t>(p));
+      ASSERT_NE(page, nullptr);
+      EXPECT_EQ(page->kind(), xalloc::PageKind::kSlab);
+      EXPECT_EQ(page->size_class, cls);
+      EXPECT_EQ(page->owner, heap);
+      EXPECT_EQ(page->state(), xalloc::SlabState::kCurrent);
+      EXPECT_EQ(heap->current[cls], page);
+      EXPECT_EQ(heap->direct[xalloc::granule_of(size)], page) << "the size's entry";
+      EXPECT_EQ(heap->direct[xalloc::granule_of(usable)], page) << "the class's own size's entry";
+      ASSERT_NE(page->free, nullptr);
+      void* next = page->free;
+      void* q = xalloc_malloc(size);
+      EXPECT_EQ(q, next) << "the next block did not come from the head of the current slab's free list";
+      xalloc_free(q);
+      xalloc_free(p);
+    }
+  }).join();
+}
+
+// --- current slabs -----------------------------------------------------------------
+
+TEST(Basic, RandomReplacementKeepsExactCountsAcrossSlabs) {
+  // Blocks of one class replaced at random spread over several slabs, whose
+  // current one runs out every few allocations and is swapped for a partial
+  // one (heap_switch_slab). Every block keeps its contents, the bytes in use
+  // stay exact through thousands of switches, and freeing all gives them back.
+  for (size_t size : {size_t{48}, size_t{3072}}) {
+    SCOPED_TRACE(size);
+    const size_t live_count = size < 1024 ? 6000 : 200;  // several slabs of the class
+    xalloc_stats_t before;
+    xalloc_get_stats(&before);
+    std::vector<std::pair<uint8_t*, uint64_t>> live(live_count);
+    for (size_t i = 0; i < live_count; ++i) {
+      live[i] = {static_cast<uint8_t*>(xalloc_malloc(size)), i};
+      ASSERT_NE(live[i].first, nullptr);
+      xtest::fill_pattern(live[i].first, size, i);
+    }
+    xtest::Rng rng(7);
+    const size_t rounds = xtest::scaled(200000);
+    for (size_t r = 0; r < rounds; ++r) {
+      auto& [p, seed] = live[rng.below(live_count)];
+      ASSERT_EQ(xtest::check_pattern(p, size, seed), SIZE_MAX) << "round " << r;
+      xalloc_free(p);
+      p = static_cast<uint8_t*>(xalloc_malloc(size));
+      ASSERT_NE(p, nullptr);
+      seed = live_count + r;
+      xtest::fill_pattern(p, size, seed);
+    }
+    // In use counts whole blocks: the first ones may come from a larger
+    // class while the thread's heap is young (docs/design.md).
+    size_t live_bytes = 0;
+    for (auto& [p, seed] : live) live_bytes += xalloc_usable_size(p);
+    xalloc_stats_t during;
+    xalloc_get_stats(&during);
+    EXPECT_EQ(during.in_use - before.in_use, live_bytes);
+    for (auto& [p, seed] : live) {
+      ASSERT_EQ(xtest::check_pattern(p, size, seed), SIZE_MAX);
+      xalloc_free(p);
+    }
+    xalloc_stats_t after;
+    xalloc_get_stats(&after);
+    EXPECT_EQ(after.in_use, before.in_use);
+  }
+}
+
+// --- spare slabs ---------------------------------------------------------------------
 
 // A slab whose last block comes back stays with its thread, free list and
 // all, for the next refill of its class.
@@ -182,4 +322,29 @@ TEST(SpareSlabs, SparesOfAnIdleThreadAreReclaimed) {
   EXPECT_EQ(idle->spare_slices.load(), reclaimable ? 0u : kept_again) << "malloc_trim and another thread's spares";
   phase.store(4);
   owner.join();
+}
+
+// A class's spares go back once the class has taken no spare for a while
+// (kSpareLifetime of the heap's slow paths), while the thread goes on with
+// other classes; the class in use keeps its own.
+TEST(SpareSlabs, SparesOfAClassNoLongerUsedGoBack) {
+  std::thread([] {
+    std::vector<void*> blocks = fill_three_slabs();
+    xalloc::Heap* heap = xalloc::t_heap;
+    for (void* p : blocks) xalloc_free(p);
+    const unsigned unused = xalloc::class_of(48);
+    const unsigned in_use = xalloc::class_of(256);
+    ASSERT_NE(heap->spare[unused], nullptr) << "no emptied slab of 48-byte blocks was kept";
+    ASSERT_NE(heap->spare_classes.load() & (uint64_t{1} << unused), 0u);
+    const uint32_t start = heap->slow_calls;
+    std::vector<void*> others(1000);  // four slabs of 256-byte blocks
+    while (heap->slow_calls - start < 1024) {
+      for (void*& p : others) p = xalloc_malloc(256);
+      for (void* p : others) xalloc_free(p);
+    }
+    EXPECT_EQ(heap->spare[unused], nullptr) << "spares of a class unused for 1024 slow paths stayed";
+    EXPECT_EQ(heap->spare_classes.load() & (uint64_t{1} << unused), 0u);
+    EXPECT_NE(heap->spare[in_use], nullptr) << "the class in use lost its spares";
+    xalloc_trim(0);
+  }).join();
 }
