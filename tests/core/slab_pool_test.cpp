@@ -13,9 +13,11 @@
 #include "meta/page.h"
 #include "meta/size_classes.h"
 #include "meta/slab.h"
+#include "platform/os.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
+using xtest::fresh_with_env;
 using xtest::kMiB;
 using xtest::stats;
 
@@ -160,4 +162,44 @@ TEST(SlabPool, SlabsEmptiedByOneThreadServeAnother) {
     free_all(blocks);
   }).join();
   xalloc_trim(0);
+}
+
+// Each look (every half purge delay) gives back the slabs of a class that
+// stayed pooled through the whole interval, the fewest it held, oldest
+// first, and keeps the ones taken and put back meanwhile. The test drives
+// release_idle with times of its own, in a process of its own (the time of
+// the next look is process-wide).
+TEST(Options, SlabPoolGivesBackWhatAnIntervalDidNotUse) {
+  auto r = fresh_with_env({{"XALLOC_PURGE_DELAY_MS", "1000"}}, [] {
+    namespace pool = xalloc::slab_pool;
+    std::thread([] {
+      std::vector<void*> blocks;
+      for (int i = 0; i < 16000; ++i) blocks.push_back(xalloc_malloc(512));
+      for (void* p : blocks) xalloc_free(p);
+    }).join();
+    unsigned cls = xalloc::class_of(512);
+    auto count_pooled = [cls] {
+      std::vector<xalloc::Page*> slabs;
+      while (xalloc::Page* page = pool::take(cls)) slabs.push_back(page);
+      for (auto it = slabs.rbegin(); it != slabs.rend(); ++it) pool::put(*it);  // same order back
+      return slabs.size();
+    };
+    size_t before = count_pooled();  // its takes leave the class's low-water mark at 0
+    if (before < 3) return 2;        // too few pooled for the test to mean anything
+    uint64_t t = xalloc::os::monotonic_ms() + 10000;  // past any look the thread scheduled
+    pool::release_idle(t);  // gives back nothing, and starts an interval
+    // The pool's lowest during this interval: `before` minus the two taken.
+    xalloc::Page* first = pool::take(cls);
+    xalloc::Page* second = pool::take(cls);
+    pool::put(second);
+    pool::put(first);
+    pool::release_idle(t + 500);
+    if (pool::take(cls) != first || pool::take(cls) != second) return 3;  // the two used ones stay
+    if (pool::take(cls) != nullptr) return 4;                             // the idle ones went back
+    pool::put(second);
+    pool::put(first);
+    return 0;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0)
+      << "exit 2: too few pooled; 3: a slab used in the interval went back; 4: an idle one stayed; " << r.describe();
 }
