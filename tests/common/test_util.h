@@ -282,6 +282,15 @@ inline ChildResult run_test_in_fresh_process(const std::string& test_name, unsig
       timeout_s);
 }
 
+// In the parent: re-runs the current test in a fresh process with `env`
+// and returns the child's result. In the child: runs `body` and exits with
+// its result.
+inline ChildResult fresh_with_env(const std::vector<std::pair<std::string, std::string>>& env,
+                                  const std::function<int()>& body, unsigned timeout_s = 60) {
+  if (in_fresh_process()) finish_fresh_process(body());
+  return run_test_in_fresh_process(current_test_name(), timeout_s, env);
+}
+
 // Bytes of address space the process has mapped (VmSize).
 // A "Vm...:" line of /proc/self/status, in bytes (0 if unreadable).
 inline size_t vm_status_bytes(const char* field) {

@@ -151,6 +151,7 @@ TEST(Calloc, MixedWithMallocInSameClass) {
   for (void* p : dirty) xalloc_free(p);
 }
 
+// Regression (tests/KNOWN_BUGS.md #15): calloc returned a block drained back from another thread dirty.
 // calloc above 1 KiB clears only the free-list words of a block it carves
 // from a slab whose memory came zero from the OS. When other threads have
 // sent the slab's blocks back (enough bytes to ask the owner for a drain),

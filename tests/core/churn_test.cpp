@@ -16,13 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "core_test_util.h"
 #include "test_util.h"
-#include "frontend/thread_registry.h"
 #include "xalloc/xalloc.h"
 
-namespace {
+using xtest::kMiB;
 
-constexpr size_t kMiB = size_t{1} << 20;
+namespace {
 
 // Blocks left behind by exited threads, freed by later ones.
 struct Leftovers {
@@ -158,31 +158,6 @@ TEST(Churn, ThreadsThatOnlyFreeOthersBlocks) {
   xalloc_get_stats(&after);
   EXPECT_LE(after.committed, warm.committed + 4 * kMiB)
       << "blocks freed into exited threads' heaps were never reclaimed: committed " << warm.committed << " -> "
-      << after.committed;
-}
-
-TEST(Churn, BlocksOfAnExitedThreadComeBackWithoutTrim) {
-  // The owner is gone and no new thread adopts its heap: the freeing thread
-  // must drain the orphan's inbox itself, so the slabs empty and return.
-  // (In a fresh process: after other tests' peaks, the purge policy may
-  // rightly keep the emptied slabs resident for the delay.)
-  if (!xtest::rerun_in_fresh_process()) return;
-  xalloc_thread_collect();
-  xalloc_stats_t before;
-  xalloc_get_stats(&before);
-  std::vector<void*> blocks;
-  std::thread([&blocks] {
-    for (size_t i = 0; i < 32 * kMiB / 1024; ++i) blocks.push_back(xalloc_malloc(1000));
-  }).join();
-  for (void* p : blocks) xalloc_free(p);
-  xalloc_thread_collect();  // sends this thread's last, partly filled batch
-  xalloc_stats_t after;
-  xalloc_get_stats(&after);
-  EXPECT_LE(after.in_use, before.in_use + kMiB)
-      << "blocks freed into an exited thread's heap stayed in its inbox: in use " << before.in_use << " -> "
-      << after.in_use;
-  EXPECT_LE(after.committed, before.committed + 16 * kMiB)
-      << "emptied slabs of an exited thread were kept: committed " << before.committed << " -> "
       << after.committed;
 }
 
@@ -365,57 +340,6 @@ TEST(Churn, ThreadCollectHandsMemoryBack) {
     xalloc_free(p);
   });
   t.join();
-}
-
-// Regression test (tests/KNOWN_BUGS.md #7): the fork handlers used to be
-// registered only with the first thread heap. A process that had made only
-// large allocations could fork while another thread held the span
-// allocator's lock, and the child deadlocked on its first large allocation.
-TEST(Churn, ForkBeforeTheFirstSmallAllocation) {
-  if (xtest::kSanitized) GTEST_SKIP() << "fork with threads under a sanitizer";
-  if (!xtest::rerun_in_fresh_process()) return;
-  std::atomic<bool> stop{false};
-  std::thread large_only([&] {
-    while (!stop) xalloc_free(xalloc_malloc(200000));
-  });
-  int hung = 0;
-  for (int i = 0; i < 40 && hung == 0; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      alarm(2);
-      xalloc_free(xalloc_malloc(300000));
-      _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) hung++;
-  }
-  stop = true;
-  large_only.join();
-  if (hung != 0) std::fprintf(stderr, "a child of fork() hung in its first large allocation\n");
-  xtest::finish_fresh_process(hung == 0 ? 0 : 1);
-}
-
-// Regression test (tests/KNOWN_BUGS.md #20): malloc_trim and the
-// statistics take the allocator's locks, and in a process whose first
-// call they were, no fork handler was registered yet to release those
-// locks in a child: a fork while another thread trimmed left the child's
-// span allocator locked for good. Each now sets the process up first.
-TEST(Churn, TrimOrStatisticsAsTheFirstCallSetTheProcessUp) {
-  if (!xtest::in_fresh_process()) {
-    for (const char* first : {"trim", "stats", "print"}) {
-      auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 60, {{"XTEST_FIRST", first}});
-      EXPECT_TRUE(r.exited() && r.exit_code() == 0) << first << ": " << r.describe();
-    }
-    return;
-  }
-  if (xalloc::g_process_ready.load()) xtest::finish_fresh_process(3);  // the test would test nothing
-  std::string first = std::getenv("XTEST_FIRST");
-  xalloc_stats_t stats;
-  if (first == "trim") xalloc_trim(0);
-  else if (first == "stats") xalloc_get_stats(&stats);
-  else xalloc_stats_print();
-  xtest::finish_fresh_process(xalloc::g_process_ready.load() ? 0 : 1);
 }
 
 // A fork while another thread purges free spans outside the span

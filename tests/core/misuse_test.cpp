@@ -59,6 +59,8 @@ TEST(Misuse, DoubleFreeIsReportedWithClass) {
   xalloc_free(keep);
 }
 
+// Regression (tests/KNOWN_BUGS.md #13): the free marker was the slab descriptor's address, which
+// xalloc leaves on the stack; a copy of it in a live block aborted as a false double free.
 // Programs copy stale bytes into live blocks: an uninitialised field copied
 // from a temporary on the stack, where the allocator's own code left an
 // address (clang 14's APValue does this, and with xalloc built at -O0 every
@@ -152,6 +154,7 @@ TEST(Misuse, UsableSizePastABlocksUsableEndIsZero) {
   xalloc_free(small);
 }
 
+// Regression (tests/KNOWN_BUGS.md #14): a double free of a block not carved yet was accepted.
 // A double free of a block whose slab was emptied, given back (purged) and
 // made again for the same class before carving reached the block: nothing
 // in the block says "free" any more, but no block was handed out there.
@@ -356,9 +359,6 @@ TEST(Misuse, DoubleFreeOfLargeBlockAborts) {
   xalloc_free(keep);
 }
 
-// Regression test (tests/KNOWN_BUGS.md #1): a huge block freed twice used to
-// be put in the huge cache twice, unreported; the cache list became circular
-// and the next huge malloc spun forever.
 // A large block freed by another thread waits for its allocating thread
 // with no usable bytes (frontend/kept_spans.cpp, returned spans): freed again, it is
 // reported.
@@ -378,6 +378,9 @@ TEST(Misuse, DoubleFreeOfLargeBlockByAnotherThreadAborts) {
   xalloc_free(keep);
 }
 
+// Regression test (tests/KNOWN_BUGS.md #1): a huge block freed twice used to
+// be put in the huge cache twice, unreported; the cache list became circular
+// and the next huge malloc spun forever.
 TEST(Misuse, DoubleFreeOfHugeBlockAborts) {
   void* p = xalloc_malloc(size_t{20} << 20);
   ASSERT_NE(p, nullptr);

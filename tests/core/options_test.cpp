@@ -3,38 +3,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cstdio>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "platform/os.h"
-#include "meta/size_classes.h"
-#include "backend/slab_pool.h"
+#include "core_test_util.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
-namespace {
-
-constexpr size_t kMiB = size_t{1} << 20;
-
-// In the parent: re-runs this test with `env` and returns the child's
-// result. In the child: runs `body` and exits with its result.
-xtest::ChildResult fresh_with_env(const std::vector<std::pair<std::string, std::string>>& env,
-                                  const std::function<int()>& body) {
-  if (xtest::in_fresh_process()) xtest::finish_fresh_process(body());
-  return xtest::run_test_in_fresh_process(xtest::current_test_name(), 60, env);
-}
-
-xalloc_stats_t stats() {
-  xalloc_stats_t s;
-  xalloc_get_stats(&s);
-  return s;
-}
-
-}  // namespace
+using xtest::fresh_with_env;
+using xtest::kMiB;
+using xtest::stats;
 
 TEST(Options, UnknownOptionIsReported) {
   auto r = fresh_with_env({{"XALLOC_NO_SUCH_OPTION", "1"}}, [] {
@@ -152,108 +132,6 @@ TEST(Options, BackgroundPurgeEmptiesTheSlabPoolOfAnIdleProcess) {
     return stats().pooled == 0 ? 0 : 3;
   });
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "exit 2: nothing pooled, 3: still pooled after 10 s; " << r.describe();
-}
-
-// XALLOC_BORROW: threads hand batches of blocks round a ring and free what
-// they are handed, each now and then sleeping (stalled, with blocks piling
-// up in its inbox) while the others borrow them. Every block keeps its
-// contents from malloc to free, whichever heap served it; the borrowing
-// paths (steal, push-back, return at exit) race with the owners' drains,
-// which ThreadSanitizer checks in the tsan stage.
-TEST(Options, BorrowedBlocksKeepTheirContents) {
-  auto r = fresh_with_env({{"XALLOC_BORROW", "1"}}, [] {
-    constexpr int kThreads = 4, kRounds = 40, kBatch = 3000;
-    struct Mailbox {
-      std::mutex lock;
-      std::vector<std::pair<unsigned char*, size_t>> blocks;
-    };
-    static Mailbox boxes[kThreads];
-    static std::atomic<int> bad{0};
-    auto pattern = [](const unsigned char* p) { return static_cast<unsigned char>(reinterpret_cast<uintptr_t>(p) >> 4); };
-    auto take_and_free = [&](Mailbox& box) {
-      std::vector<std::pair<unsigned char*, size_t>> mine;
-      {
-        std::lock_guard<std::mutex> guard(box.lock);
-        mine.swap(box.blocks);
-      }
-      for (auto [p, n] : mine) {
-        for (size_t i = 0; i < n; ++i)
-          if (p[i] != pattern(p)) bad++;
-        xalloc_free(p);
-      }
-    };
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        uint64_t seed = 0x9E3779B97F4A7C15ull * (t + 1);
-        for (int round = 0; round < kRounds; ++round) {
-          std::vector<std::pair<unsigned char*, size_t>> batch;
-          for (int i = 0; i < kBatch; ++i) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            size_t n = 16 + (seed >> 33) % 1500;
-            auto* p = static_cast<unsigned char*>(xalloc_malloc(n));
-            if (p == nullptr) {
-              bad++;
-              continue;
-            }
-            memset(p, pattern(p), n);
-            batch.emplace_back(p, n);
-          }
-          {
-            Mailbox& next = boxes[(t + 1) % kThreads];
-            std::lock_guard<std::mutex> guard(next.lock);
-            next.blocks.insert(next.blocks.end(), batch.begin(), batch.end());
-          }
-          take_and_free(boxes[t]);
-          if (round % kThreads == t) usleep(3000);
-        }
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-    for (Mailbox& box : boxes) take_and_free(box);
-    return bad.load() == 0 ? 0 : 1;
-  });
-  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "exit 1: a block lost its contents; " << r.describe();
-}
-
-// Each look (every half purge delay) gives back the slabs of a class that
-// stayed pooled through the whole interval, the fewest it held, oldest
-// first, and keeps the ones taken and put back meanwhile. The test drives
-// release_idle with times of its own, in a process of its own (the time of
-// the next look is process-wide).
-TEST(Options, SlabPoolGivesBackWhatAnIntervalDidNotUse) {
-  auto r = fresh_with_env({{"XALLOC_PURGE_DELAY_MS", "1000"}}, [] {
-    namespace pool = xalloc::slab_pool;
-    std::thread([] {
-      std::vector<void*> blocks;
-      for (int i = 0; i < 16000; ++i) blocks.push_back(xalloc_malloc(512));
-      for (void* p : blocks) xalloc_free(p);
-    }).join();
-    unsigned cls = xalloc::class_of(512);
-    auto count_pooled = [cls] {
-      std::vector<xalloc::Page*> slabs;
-      while (xalloc::Page* page = pool::take(cls)) slabs.push_back(page);
-      for (auto it = slabs.rbegin(); it != slabs.rend(); ++it) pool::put(*it);  // same order back
-      return slabs.size();
-    };
-    size_t before = count_pooled();  // its takes leave the class's low-water mark at 0
-    if (before < 3) return 2;        // too few pooled for the test to mean anything
-    uint64_t t = xalloc::os::monotonic_ms() + 10000;  // past any look the thread scheduled
-    pool::release_idle(t);  // gives back nothing, and starts an interval
-    // The pool's lowest during this interval: `before` minus the two taken.
-    xalloc::Page* first = pool::take(cls);
-    xalloc::Page* second = pool::take(cls);
-    pool::put(second);
-    pool::put(first);
-    pool::release_idle(t + 500);
-    if (pool::take(cls) != first || pool::take(cls) != second) return 3;  // the two used ones stay
-    if (pool::take(cls) != nullptr) return 4;                             // the idle ones went back
-    pool::put(second);
-    pool::put(first);
-    return 0;
-  });
-  EXPECT_TRUE(r.exited() && r.exit_code() == 0)
-      << "exit 2: too few pooled; 3: a slab used in the interval went back; 4: an idle one stayed; " << r.describe();
 }
 
 TEST(Options, ZeroPurgeDelayPoolsNothing) {

@@ -53,6 +53,7 @@ Segment* segment_of(const Page* span) { return xalloc::segment_of(reinterpret_ca
 // What a lookup of slice `index` of `segment` finds.
 const Page* lookup(const Segment* segment, size_t index) { return segment->page_of_slice[index]; }
 
+// Regression (tests/KNOWN_BUGS.md #21): a free slice could map to a span in use after a purge outside the lock.
 // A purged span that comes back merges with the span freed after it in the
 // meantime; its last slice's entry, which pointed back to its head, is then
 // an inner one. When a later take reuses that head, a lookup there must not
@@ -232,6 +233,7 @@ class SpanModel {
   std::vector<Page*> live_;
 };
 
+// Regression (tests/KNOWN_BUGS.md #21), by random steps: the slice map's invariant after every one.
 TEST(SpanAllocator, SliceMapHoldsThroughRandomTakesFreesAndNestedPurges) {
   const size_t kSteps = xtest::scaled(20000, 2);
   for (uint64_t seed = 1; seed <= 4; ++seed) {

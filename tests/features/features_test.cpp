@@ -687,6 +687,7 @@ TEST(Profiler, DoubleFreeOfASampledBlockIsReported) {
   EXPECT_EQ(line_starting(r.err, "xalloc: ").rfind(expected, 0), 0u) << r.describe();
 }
 
+// Regression (tests/KNOWN_BUGS.md #18): the child could wait forever for the profiler's lock or libunwind's.
 // fork() while another thread holds the profiler's lock (it samples every
 // allocation) must not leave the child waiting for that lock forever.
 TEST(Profiler, ForkWhileAnotherThreadSamplesLeavesTheChildWorking) {
