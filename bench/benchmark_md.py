@@ -38,6 +38,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import fmt_time  # noqa: E402  (times as the runner prints them)
+
 REF = "xalloc"
 TIME_LIMIT = 1.15     # xalloc's time over the best other's: a loss past this
 RSS_LIMIT = 1.2       # xalloc's peak RSS over glibc's: a loss past this
@@ -52,16 +55,6 @@ SECTIONS = ("headline", "run", "summary", "workloads", "seeds", "losses", "fastp
 # --------------------------------------------------------------------------
 # Formatting (times as bench/run.py prints them)
 # --------------------------------------------------------------------------
-
-def fmt_time(s: float | None) -> str:
-    """Seconds, three significant digits."""
-    if s is None:
-        return "-"
-    for limit, fmt in ((100, "{:.0f}"), (10, "{:.1f}"), (1, "{:.2f}"), (0.1, "{:.3f}"), (0.01, "{:.4f}")):
-        if s >= limit:
-            return fmt.format(s)
-    return f"{s:.2e}"
-
 
 def fmt_mib(kb: float | None) -> str:
     return "-" if kb is None else f"{kb / 1024:.1f}"
