@@ -94,6 +94,9 @@ void check_span_block(const Segment* segment, const Page* page, const void* ptr,
 
 void free_foreign(void* ptr, Caller caller) {
   if (emergency::owns(ptr)) return;
+  // The options say whether to report, and the report's stack printer is
+  // registered at start-up: a process's first call may be this free.
+  ensure_process_init();
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) == kMapHugeTail) {
     if (const Segment* segment = huge_segment_of_tail(address)) {
@@ -372,6 +375,7 @@ size_t usable_size(const void* ptr, Caller caller) {
   if (entry == kMapHugeTail) return huge_usable_from(huge_segment_of_tail(address), address);
   if (entry != kMapSegmentHead) {
     if (ptr == nullptr || emergency::owns(ptr)) return 0;
+    ensure_process_init();  // as in free_foreign
     if (g_options.abort_on_invalid_free)
       report_misuse("malloc_usable_size of a pointer not allocated by xalloc", ptr, 0, caller);
     return 0;
