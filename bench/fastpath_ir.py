@@ -158,7 +158,7 @@ def main() -> int:
     ap.add_argument("--binary", help="with --check: the fastpath_ir program")
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(suite.BENCH_DIR), "build"))
     ap.add_argument("--bin-dir", help="where the bench programs are (default: BUILD/bench/bin)")
-    ap.add_argument("--alloc", help="comma-separated contenders (default: all)")
+    ap.add_argument("--alloc", help="comma-separated contenders, by name or as NAME=/path/to/lib.so")
     ap.add_argument("--pairs", default=f"{DEFAULT_PAIRS[0]},{DEFAULT_PAIRS[1]}",
                     help="the two loop lengths, in malloc+free pairs")
     args = ap.parse_args()
@@ -170,9 +170,7 @@ def main() -> int:
         if not args.preload or not args.binary:
             ap.error("--check needs --preload and --binary")
         return check_budget(args.binary, args.preload, args.check, lengths)
-    wanted = set(args.alloc.split(",")) if args.alloc else None
-    allocs = [(c.name, suite.resolve(c), c.expect) for c in suite.contenders(args.build_dir)
-              if wanted is None or c.name in wanted]
+    allocs = [(c.name, suite.resolve(c), c.expect) for c in suite.select(args.build_dir, args.alloc)]
     result = run_all(bin_dir, allocs, lengths)
     print()
     print(markdown(result))

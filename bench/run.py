@@ -364,16 +364,10 @@ class Runner:
         self.timeline = not args.no_timeline
         self.timelines: dict[str, dict[str, list[tuple[float, int]]]] = {}  # workload -> contender -> samples
 
-        wanted = [a for a in (args.alloc or "").split(",") if a]
-        all_contenders = suite.contenders(self.build_dir)
-        unknown = set(wanted) - {c.name for c in all_contenders}
-        if unknown:
-            sys.exit(f"run.py: unknown contender(s): {', '.join(sorted(unknown))}; "
-                     f"known: {', '.join(c.name for c in all_contenders)}")
-        if wanted:
-            self.contenders = [c for c in all_contenders if c.name in wanted]
-        else:
-            self.contenders = [c for c in all_contenders if not c.optional]
+        try:
+            self.contenders = suite.select(self.build_dir, args.alloc)
+        except SystemExit as e:
+            sys.exit(f"run.py: {e}")
         self.libs = {c.name: suite.resolve(c) for c in self.contenders}
 
         patterns = [p for p in (args.only or "").split(",") if p]
@@ -1098,7 +1092,8 @@ def main() -> int:
     mode.add_argument("--quick", action="store_true", help="small sizes, 2 runs each (default)")
     mode.add_argument("--full", action="store_true", help="bigger sizes, 5 runs each")
     ap.add_argument("--only", help="comma-separated workload names or globs (see --list)")
-    ap.add_argument("--alloc", help="comma-separated contenders (default: all)")
+    ap.add_argument("--alloc", help="comma-separated contenders, by name or as NAME=/path/to/lib.so "
+                    "(default: all that are not optional)")
     ap.add_argument("--reps", type=int, help="runs per workload and contender (K)")
     ap.add_argument("--out", help="output directory (default: bench/results/<timestamp>)")
     ap.add_argument("--build-dir", default=os.path.join(REPO_DIR, "build"), help="where libxalloc.so is")

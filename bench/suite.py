@@ -220,6 +220,30 @@ def contenders(build_dir: str) -> list[Contender]:
     ]
 
 
+def select(build_dir: str, alloc: str | None) -> list[Contender]:
+    """The contenders `--alloc` names: known names (see contenders()), and
+    NAME=PATH for any other allocator, preloaded from PATH (a library
+    built from source, say), whose file name up to ".so" must be the object
+    that defines malloc in its runs. Without names, every contender that is
+    not optional. Exits with a message on an unknown name."""
+    known = contenders(build_dir)
+    specs = [a for a in (alloc or "").split(",") if a]
+    if not specs:
+        return [c for c in known if not c.optional]
+    names = {s for s in specs if "=" not in s}
+    unknown = names - {c.name for c in known}
+    if unknown:
+        raise SystemExit(f"unknown contender(s): {', '.join(sorted(unknown))}; known: "
+                         f"{', '.join(c.name for c in known)}, or NAME=/path/to/lib.so")
+    chosen = [c for c in known if c.name in names]
+    for spec in specs:
+        if "=" in spec:
+            name, path = spec.split("=", 1)
+            path = os.path.abspath(path)
+            chosen.append(Contender(name, (path,), os.path.basename(path).split(".so")[0], f"from {path}"))
+    return chosen
+
+
 def resolve(c: Contender) -> str | None:
     """The library to preload for `c`: the first pattern that matches an
     existing file (the highest version when a glob matches several).
