@@ -202,6 +202,7 @@ def run_program(cmd: list[str], preload: str, env: dict[str, str], timeout: floa
         res["maxrss_kb"] = int(rep["maxrss_kb"])
         res["user_s"], res["sys_s"] = float(rep["user_s"]), float(rep["sys_s"])
         res["exit"] = -int(rep["signal"]) if "signal" in rep else int(rep["exit"])
+        res["minor_faults"] = int(rep["minflt"])
     except (OSError, KeyError, ValueError):
         pass  # killed by the timeout, or the launcher failed
     with open(out_path, errors="replace") as f:
@@ -471,6 +472,8 @@ class Runner:
             res = run_program(cmd, self.libs[c.name] or "", env, self.timeout, tmp, self.launcher, timeline)
         status = classify(res)
         metrics = parse_metrics(res["stdout"], output)
+        if res.get("minor_faults") is not None:
+            metrics.setdefault("minor_faults", float(res["minor_faults"]))  # the whole process's, from wait4
         time_s = res["wall_s"]
         if status == OK and time_key:
             if isinstance(metrics.get(time_key), float):
@@ -978,16 +981,17 @@ class Runner:
                      + (f" with {', '.join(f'{k}={v}' for k, v in w.env.items())}" if w.env else "") + ".")
             L.append("")
             tname = f"time ({w.time_key})" if w.time_key else "time (wall)"
+            shown = tuple(w.metrics) + ("minor_faults",)
             head = (f"| contender | status | {tname} s | min-max | / {ref} | / best | peak RSS MiB | min-max | "
-                    f"/ {ref} | / best |" + "".join(f" {m} |" for m in w.metrics))
+                    f"/ {ref} | / best |" + "".join(f" {m} |" for m in shown))
             L.append(head)
-            L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(w.metrics))
+            L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(shown))
             rt = row["times"].get(ref)
             rm = row["rss"].get(ref)
             for a in names:
                 cell = row["cells"][a]
                 if not cell.ok:
-                    L.append(f"| {a} | **{cell.status}** |" + " - |" * (8 + len(w.metrics)))
+                    L.append(f"| {a} | **{cell.status}** |" + " - |" * (8 + len(shown)))
                     continue
                 t, m = cell.median("time_s"), cell.median("maxrss_kb")
                 ts, ms = cell.span("time_s"), cell.span("maxrss_kb")
@@ -996,7 +1000,7 @@ class Runner:
                 L.append(f"| {a} | ok | {fmt_time(t)} | {fmt_time(ts[0])}-{fmt_time(ts[1])} | "
                          f"{fmt_ratio(t / rt) if rt else '-'} |{best_t} | {fmt_mib(m)} | "
                          f"{fmt_mib(ms[0])}-{fmt_mib(ms[1])} | {fmt_ratio(m / rm) if rm else '-'} |{best_m} |"
-                         + "".join(f" {fmt_num(cell.median(k))} |" for k in w.metrics))
+                         + "".join(f" {fmt_num(cell.median(k))} |" for k in shown))
             L.append("")
             if f"timeline-{w.name}" in charts:
                 L.append(f"RSS over time, sampled every {TIMELINE_INTERVAL_S * 1000:.0f} ms during the first run "

@@ -160,6 +160,9 @@ WORKLOADS: list[Workload] = [
     _w("realloc-growth", "realloc_growth", ("10m",), ("50m",), "suite",
        "64 buffers grown by exact-fit and 1.5x realloc, up to 4 MiB",
        metrics=("ns_per_append", "reallocs")),
+    _w("batch-round-trip", "batch_round_trip", ("10", "1m", "8"), ("10", "2m", "16"), "suite",
+       "one thread builds 1M (full: 2M) blocks of 16-528 B, 10 threads free them, round after round",
+       metrics=("alloc_s", "free_s", "faults_per_peak_page")),
     _w("free-1g", "free_1g", ("4", "256"), ("4", "1024"), "suite",
        "4 threads allocate 1 GiB (quick: 256 MiB) of 16 B-512 KiB blocks, then free it, half remotely; "
        "time = allocate + free",

@@ -11,7 +11,7 @@
  * program, waits for it with wait4 and writes its figures to a file.
  *
  * usage: XBENCH_LAUNCH_PRELOAD=<lib or empty> xbench_launch <report> <program> [args...]
- * writes to <report>: exit=<status> (or signal=<n>), maxrss_kb=, user_s=,
+ * writes to <report>: exit=<status> (or signal=<n>), maxrss_kb=, minflt=, user_s=,
  *   sys_s=; exits 0, or 125 when the program could not be started.
  */
 #define _GNU_SOURCE 1
@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
   }
   if (WIFSIGNALED(status)) fprintf(f, "signal=%d\n", WTERMSIG(status));
   else fprintf(f, "exit=%d\n", WEXITSTATUS(status));
-  fprintf(f, "maxrss_kb=%ld\nuser_s=%.6f\nsys_s=%.6f\n", ru.ru_maxrss, seconds(ru.ru_utime), seconds(ru.ru_stime));
+  fprintf(f, "maxrss_kb=%ld\nuser_s=%.6f\nsys_s=%.6f\nminflt=%ld\n", ru.ru_maxrss, seconds(ru.ru_utime),
+          seconds(ru.ru_stime), ru.ru_minflt);
   fclose(f);
   return 0;
 }
