@@ -19,22 +19,7 @@ namespace {
 constexpr size_t kShuffleRuns = 4;
 constexpr size_t kCarveBytes = secure::kEnabled ? kShuffleRuns * kOsPageSize : kOsPageSize;
 
-void partial_push(Heap* heap, Page* page) {
-  Page*& head = heap->partial[page->size_class];
-  page->prev = nullptr;
-  page->next = head;
-  if (head != nullptr) head->prev = page;
-  head = page;
-  page->set_state(SlabState::kPartial);
-}
 
-void partial_remove(Heap* heap, Page* page) {
-  if (page->prev != nullptr) page->prev->next = page->next;
-  else heap->partial[page->size_class] = page->next;
-  if (page->next != nullptr) page->next->prev = page->prev;
-  page->next = page->prev = nullptr;
-  page->set_state(SlabState::kDetached);
-}
 
 // Secure mode's carve: the batch is cut into kShuffleRuns runs of
 // consecutive blocks, about a page each, and each next block of the list
@@ -270,12 +255,6 @@ void spares_expire(Heap* heap) {
   kept_exit(heap);
 }
 
-// A slab with every block in use sleeps until enough of them come back.
-void file_full(Page* page) {
-  page->needed = wake_threshold(page->capacity());
-  page->set_state(SlabState::kFull);
-}
-
 // The current slab has no block left to hand out.
 void retire_current(Heap* heap, unsigned cls, Page* page) {
   XALLOC_CHECK(page->free == nullptr && page->fully_carved());
@@ -284,13 +263,6 @@ void retire_current(Heap* heap, unsigned cls, Page* page) {
   file_full(page);
 }
 
-void make_current(Heap* heap, unsigned cls, Page* page) {
-  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
-  else page->needed = 0;  // a new slab
-  page->needed += kCurrentBias;
-  page->set_state(SlabState::kCurrent);
-  heap_set_current(heap, cls, page);
-}
 
 // Files a slab that stopped being current; `needed` holds its blocks in use.
 void settle_uncurrent(Heap* heap, Page* page) {

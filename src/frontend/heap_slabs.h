@@ -26,6 +26,44 @@ XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
   if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
 }
 
+// The partial list of a class: slabs with free blocks, doubly linked.
+inline void partial_push(Heap* heap, Page* page) {
+
+  Page*& head = heap->partial[page->size_class];
+  page->prev = nullptr;
+  page->next = head;
+  if (head != nullptr) head->prev = page;
+  head = page;
+  page->set_state(SlabState::kPartial);
+}
+
+inline void partial_remove(Heap* heap, Page* page) {
+
+  if (page->prev != nullptr) page->prev->next = page->next;
+  else heap->partial[page->size_class] = page->next;
+  if (page->next != nullptr) page->next->prev = page->prev;
+  page->next = page->prev = nullptr;
+  page->set_state(SlabState::kDetached);
+}
+
+// A slab with every block in use sleeps until enough of them come back.
+// (Inline, as make_current: the switch to another slab of a class, the
+// slow path a busy class takes most, is these two and little more.)
+inline void file_full(Page* page) {
+
+  page->needed = wake_threshold(page->capacity());
+  page->set_state(SlabState::kFull);
+}
+
+inline void make_current(Heap* heap, unsigned cls, Page* page) {
+
+  if (page->state() == SlabState::kPartial) partial_remove(heap, page);
+  else page->needed = 0;  // a new slab
+  page->needed += kCurrentBias;
+  page->set_state(SlabState::kCurrent);
+  heap_set_current(heap, cls, page);
+}
+
 // Carves the next batch of `page`'s blocks onto its free list.
 void slab_carve(Page* page);
 // A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
@@ -38,11 +76,8 @@ Page* spare_reuse(Heap* heap, unsigned cls);
 // spares past their lifetime (the heap's periodic work).
 void current_slabs_expire(Heap* heap);
 void spares_expire(Heap* heap);
-// A slab with every block in use sleeps until enough of them come back.
-void file_full(Page* page);
 // The current slab has no block left to hand out.
 void retire_current(Heap* heap, unsigned cls, Page* page);
-void make_current(Heap* heap, unsigned cls, Page* page);
 // Files a slab that stopped being current; `needed` holds its blocks in use.
 void settle_uncurrent(Heap* heap, Page* page);
 // Gives every spare slab of `heap` up (its thread, between kept_enter and
