@@ -46,6 +46,8 @@ const OptionSpec kSpecs[] = {
      "bytes of cross-thread frees buffered before they are sent", uint64_t{1} << 40},
     {"VERBOSE", OptionType::kBool, &g_options.verbose, "print the effective configuration at start-up"},
     {"STATS", OptionType::kBool, &g_options.stats, "print statistics at exit"},
+    {"STATS_FILE", OptionType::kString, &g_options.stats_file,
+     "write the statistics and leak report at exit to this file (%p: the pid) instead of stderr"},
     {"ABORT_ON_INVALID_FREE", OptionType::kBool, &g_options.abort_on_invalid_free,
      "abort on free() of a pointer xalloc never handed out (0: ignore it)"},
     {"PROF", OptionType::kBool, &g_options.prof, "sample allocations and write a heap profile at exit"},

@@ -43,6 +43,9 @@ struct Options {
   uint64_t remote_batch_bytes = 16 << 10;
   bool verbose = false;  // print the effective options at start-up
   bool stats = false;    // print statistics at exit
+  // The statistics and leak report at exit go to this file (%p: the pid)
+  // instead of stderr ("": stderr).
+  const char* stats_file = "";
   // What free() does with a pointer xalloc never handed out: abort with a
   // report (default), or ignore it (leak) for programs known to do it.
   bool abort_on_invalid_free = true;
