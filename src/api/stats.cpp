@@ -164,7 +164,8 @@ __attribute__((destructor)) static void print_stats_at_exit() {
   ExitReport out(g_options.stats || g_options.leaks);
   report::Redirect to(out.fd());
   if (g_options.stats) xalloc_stats_print();
-  prof::at_exit();
+  prof::at_exit_profiles();  // its lines go to stderr as it was (heap_profiler.cpp)
+  prof::at_exit_leaks();
 }
 
 extern "C" XALLOC_API int xalloc_prof_dump(const char* prefix) noexcept {
