@@ -111,10 +111,23 @@ int64_t next_interval() {
   return bytes < 1 ? 1 : static_cast<int64_t>(bytes);
 }
 
-// What one sample of `size` bytes stands for (pprof's scaling of a stack
-// of such blocks): the same for its free, which subtracts it again.
+// XALLOC_PROF_RATE and its inverse, set at start (for sample_estimate).
+double g_rate = 0;
+double g_inverse_rate = 0;
+
+// What one sample of `size` bytes stands for, as pprof scales a stack of
+// such blocks (estimate_bytes): size / (1 - e^-x), x = size / rate; the
+// same for its free, which subtracts it. Most samples are of blocks far
+// smaller than the rate, where the series rate * (1 + x/2 + x^2/12) is
+// within 1e-4 of it (its next term is -x^4/720) and costs no division
+// (a sampled free computes it too).
 int64_t sample_estimate(size_t size) {
-  return static_cast<int64_t>(estimate_bytes(1, size, g_options.prof_rate));
+  auto bytes = static_cast<double>(size);
+  double x = bytes * g_inverse_rate;
+  if (size == 0) return 0;
+  if (x < 0.5) return static_cast<int64_t>(g_rate + bytes * (0.5 + x * (1.0 / 12)));
+  double p = 1 - exp_approx(-x);
+  return static_cast<int64_t>(p > 0 ? bytes / p : bytes);
 }
 
 // --- tables ----------------------------------------------------------------
@@ -307,6 +320,8 @@ void start() {
   // Only touched as stacks are added (virtual memory until then).
   if (g_options.prof && g_options.prof_peak != 0)
     g_peak.counts = static_cast<PeakCounts*>(os::map(kMaxStacks * sizeof(PeakCounts)));
+  g_rate = static_cast<double>(g_options.prof_rate);
+  g_inverse_rate = 1 / g_rate;
   g_peak.dump_at = static_cast<int64_t>(g_options.prof_peak);
   g_next_interval_dump = g_options.prof_interval;
   // libunwind follows the stacks xalloc's own walker cannot (stack_trace.h):

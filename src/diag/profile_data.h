@@ -53,8 +53,8 @@ inline double log_approx(double x) {
 }
 
 inline double exp_approx(double x) {
-  // e^x = 2^k * e^r with |r| <= ln2/2.
-  double k = static_cast<double>(static_cast<int64_t>(x / 0.6931471805599453 + (x < 0 ? -0.5 : 0.5)));
+  // e^x = 2^k * e^r with |r| <= ln2/2 (a multiplication by 1/ln2: no division).
+  double k = static_cast<double>(static_cast<int64_t>(x * 1.4426950408889634 + (x < 0 ? -0.5 : 0.5)));
   double r = x - k * 0.6931471805599453;
   double er = 1 + r * (1 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720))))));
   if (k < -1000) return 0;
