@@ -70,8 +70,11 @@ struct Peak {
 };
 Peak g_peak;
 
-// XALLOC_PROF_INTERVAL: each sample stands for XALLOC_PROF_RATE bytes
-// allocated (the expectation of the sampling's spacing). Under g_lock.
+// XALLOC_PROF_INTERVAL: the bytes allocated, estimated from the samples
+// as the live bytes are (sample_estimate): a small block's sample stands
+// for XALLOC_PROF_RATE bytes, the spacing of samples, and a block of many
+// times that for its size, as a block is sampled once however many
+// sampling points it covers. Under g_lock.
 uint64_t g_sampled_bytes = 0;
 uint64_t g_next_interval_dump = 0;
 
@@ -177,10 +180,11 @@ uint32_t take_peak(int64_t live) {
   return kPeakDump;
 }
 
-// Under g_lock: counts a sample towards XALLOC_PROF_INTERVAL.
-uint32_t count_for_interval() {
+// Under g_lock: counts a sample standing for `estimate` bytes towards
+// XALLOC_PROF_INTERVAL.
+uint32_t count_for_interval(int64_t estimate) {
   if (g_options.prof_interval == 0) return 0;
-  g_sampled_bytes += g_options.prof_rate;
+  g_sampled_bytes += static_cast<uint64_t>(estimate);
   if (g_sampled_bytes < g_next_interval_dump) return 0;
   g_next_interval_dump = (g_sampled_bytes / g_options.prof_interval + 1) * g_options.prof_interval;
   return kIntervalDump;
@@ -196,10 +200,11 @@ void record(Page* page, size_t size, void* const* frames, int depth) {
   page->sampled = 1;
   page->sample_bytes = size;
   page->sample_stack = kNoStack;
+  int64_t estimate = sample_estimate(size);
   uint32_t requests = 0;
   {
     LockGuard guard(g_lock);
-    requests = count_for_interval();
+    requests = count_for_interval(estimate);
     uint32_t stack = intern_stack(frames, depth);
     if (stack == UINT32_MAX) {
       ++g_dropped;
@@ -210,7 +215,6 @@ void record(Page* page, size_t size, void* const* frames, int depth) {
       st.alloc_bytes += size;
       __atomic_fetch_add(&st.live_count, 1, __ATOMIC_RELAXED);
       __atomic_fetch_add(&st.live_bytes, size, __ATOMIC_RELAXED);
-      int64_t estimate = sample_estimate(size);
       int64_t live = g_live_estimate.fetch_add(estimate, std::memory_order_relaxed) + estimate;
       if (g_peak.counts != nullptr && live > g_peak.total + g_peak.total / 32) requests |= take_peak(live);
     }

@@ -12,6 +12,15 @@
  *       serve, looking for the dump between batches; then waits (without
  *       allocating) up to 2 s more. Prints "dump_ms <ms>", the time from the
  *       signal to the dump (-1: none), and "pairs_done_ms <ms>".
+ *   prof_signal interval <prefix>   (run with XALLOC_PROF_INTERVAL=40m)
+ *       5 rounds, each allocating and freeing 100 blocks of 500,000 bytes
+ *       (47.7 MiB: past one more multiple of 40 MiB), then waiting
+ *       (without allocating) up to 3 s for the round's profile,
+ *       <prefix>.<pid>.<round>.heap. Prints "rounds_with_profile <n>".
+ *   prof_signal peak <prefix>   (run with XALLOC_PROF_PEAK=40m) the same
+ *       rounds, keeping their blocks: the memory in use grows by 47.7 MiB
+ *       a round, a new peak 40 MiB above the last each time; each round
+ *       waits for its profile. Frees everything at the end.
  *
  * A dump counts as there under its numbered name or under the one earlier
  * versions used (<prefix>.<pid>.heap), so that the programs measure when a
@@ -44,6 +53,10 @@ static int dump_exists(void) {
   return stat(g_numbered, &st) == 0 || stat(g_plain, &st) == 0;
 }
 
+#define INTERVAL_ROUNDS 5
+#define INTERVAL_BLOCKS 100
+#define INTERVAL_SIZE 500000
+
 static void pause_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
@@ -61,9 +74,12 @@ static long wait_for_dump(long start, long limit_ms) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: prof_signal keep|busy <prefix>\n");
+    fprintf(stderr, "usage: prof_signal keep|busy|interval|peak <prefix>\n");
     return 2;
   }
+  /* Unbuffered: stdio allocates no buffer, so nothing of the program's own
+   * may stay live at exit. */
+  setvbuf(stdout, NULL, _IONBF, 0);
   snprintf(g_numbered, sizeof g_numbered, "%s.%d.0.heap", argv[2], (int)getpid());
   snprintf(g_plain, sizeof g_plain, "%s.%d.heap", argv[2], (int)getpid());
   if (strcmp(argv[1], "keep") == 0) {
@@ -98,6 +114,28 @@ int main(int argc, char** argv) {
     long pairs_done = now_ms() - start;
     if (seen < 0) seen = wait_for_dump(start, 2000);
     printf("dump_ms %ld\npairs_done_ms %ld\n", seen, pairs_done);
+    return 0;
+  }
+  if (strcmp(argv[1], "interval") == 0 || strcmp(argv[1], "peak") == 0) {
+    static char* kept[INTERVAL_ROUNDS * INTERVAL_BLOCKS];
+    int keep = strcmp(argv[1], "peak") == 0;
+    int seen = 0;
+    for (int round = 0; round < INTERVAL_ROUNDS; ++round) {
+      for (int i = 0; i < INTERVAL_BLOCKS; ++i) {
+        char* p = malloc(INTERVAL_SIZE);
+        if (p == NULL) return 1;
+        p[0] = (char)i;
+        if (keep) {
+          kept[round * INTERVAL_BLOCKS + i] = p;
+        } else {
+          free(p);
+        }
+      }
+      snprintf(g_numbered, sizeof g_numbered, "%s.%d.%d.heap", argv[2], (int)getpid(), round);
+      if (wait_for_dump(now_ms(), 3000) >= 0) ++seen;
+    }
+    printf("rounds_with_profile %d\n", seen);
+    for (int i = 0; keep && i < INTERVAL_ROUNDS * INTERVAL_BLOCKS; ++i) free(kept[i]);
     return 0;
   }
   fprintf(stderr, "unknown mode %s\n", argv[1]);
