@@ -215,6 +215,9 @@ def contenders(build_dir: str) -> list[Contender]:
         # A build of an earlier commit into <build>-base, to time a change
         # against the code before it in the same run.
         Contender("xalloc-base", (f"{build}-base/libxalloc.so",), "libxalloc", optional=True),
+        # The same with the heap profiler on: what a change to the profiler costs.
+        Contender("xalloc-base-prof", (f"{build}-base/libxalloc.so",), "libxalloc",
+                  env=(("XALLOC_PROF", "1"), ("XALLOC_PROF_PREFIX", "/tmp/xbench-prof")), optional=True),
         # Borrowing from stalled threads' inboxes (XALLOC_BORROW, off by default).
         Contender("xalloc-borrow", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_BORROW", "1"),),
                   optional=True),

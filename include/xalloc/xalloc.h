@@ -89,7 +89,9 @@ XALLOC_API void xalloc_stats_print(void) XALLOC_NOEXCEPT;
 
 /* Heap profiler (XALLOC_PROF=1): writes <prefix>.heap (google-pprof) and
  * <prefix>.collapsed (flame graphs) for the memory live now; prefix NULL
- * uses XALLOC_PROF_PREFIX.<pid>. Returns 0 when profiling is off. */
+ * writes the process's next numbered profile,
+ * <XALLOC_PROF_PREFIX>.<pid>.<seq>. Returns 0 when profiling is off or the
+ * files could not be written. */
 XALLOC_API int xalloc_prof_dump(const char* prefix) XALLOC_NOEXCEPT;
 
 /* "MAJOR.MINOR.PATCH" */

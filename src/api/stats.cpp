@@ -109,11 +109,63 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
 }
 
-// XALLOC_STATS=1: print at exit. A destructor function needs no atexit
-// registration (which may allocate).
+namespace xalloc {
+namespace {
+
+// Where the statistics and the leak report go at exit: XALLOC_STATS_FILE
+// (created, %p replaced by the pid), or stderr as it was at start-up
+// (report::lasting_stderr). Opens the file only when there is something
+// to write to it, and closes it.
+class ExitReport {
+ public:
+  explicit ExitReport(bool used) {
+    if (used && *g_options.stats_file != '\0') {
+      char path[512];
+      size_t n = 0;
+      for (const char* p = g_options.stats_file; *p != '\0' && n + 24 < sizeof(path); ++p) {
+        if (p[0] == '%' && p[1] == 'p') {
+          const report::Arg pid[] = {os::process_id()};
+          n += report::format(path + n, sizeof(path) - n, "%u", pid, 1);
+          ++p;
+        } else {
+          path[n++] = *p;
+        }
+      }
+      path[n] = '\0';
+      fd_ = os::open_write_new(path);
+      if (fd_ >= 0) {
+        owned_ = true;
+        return;
+      }
+      report::warning("cannot write the statistics to %s: printed to stderr", path);
+    }
+    fd_ = report::lasting_stderr();
+  }
+  ~ExitReport() {
+    if (owned_) os::close(fd_);
+  }
+  ExitReport(const ExitReport&) = delete;
+  ExitReport& operator=(const ExitReport&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = 2;
+  bool owned_ = false;
+};
+
+}  // namespace
+}  // namespace xalloc
+
+// XALLOC_STATS=1 and the profiler: print and write at exit. A destructor
+// function needs no atexit registration (which may allocate), and runs
+// after the program's atexit handlers, which may have closed its stderr.
 __attribute__((destructor)) static void print_stats_at_exit() {
-  if (xalloc::g_options.stats) xalloc_stats_print();
-  xalloc::prof::at_exit();
+  using namespace xalloc;
+  ExitReport out(g_options.stats || g_options.leaks);
+  report::Redirect to(out.fd());
+  if (g_options.stats) xalloc_stats_print();
+  prof::at_exit_profiles();  // its lines go to stderr as it was (heap_profiler.cpp)
+  prof::at_exit_leaks();
 }
 
 extern "C" XALLOC_API int xalloc_prof_dump(const char* prefix) noexcept {

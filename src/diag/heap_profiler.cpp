@@ -3,14 +3,13 @@
 #include <atomic>
 #include <cstring>
 
-#include "support/options.h"
+#include "diag/profile_writer.h"
+#include "diag/stack_trace.h"
+#include "meta/secure.h"
 #include "platform/lock.h"
 #include "platform/os.h"
+#include "support/options.h"
 #include "support/report.h"
-#include "meta/secure.h"
-#include "backend/segment.h"
-#include "diag/stack_trace.h"
-#include "diag/symbolize.h"
 
 namespace xalloc::prof {
 
@@ -22,16 +21,6 @@ constexpr size_t kMaxStacks = size_t{1} << 14;
 constexpr size_t kStackIndexSlots = kMaxStacks * 2;
 // A sampled block whose stack found no room in the table.
 constexpr uint64_t kNoStack = UINT64_MAX;
-
-struct Stack {
-  uint64_t hash;
-  uint32_t depth;
-  void* frames[kMaxFrames];
-  uint64_t alloc_count, alloc_bytes;  // sampled, ever (under g_lock)
-  // Sampled, still live: a free subtracts without the lock, with relaxed
-  // atomics; a dump may see a count and its bytes one free apart.
-  uint64_t live_count, live_bytes;
-};
 
 // Which pages of a hash table have been written. The tables are probed at
 // random, and a probe reads before it writes: a read of a page never
@@ -51,42 +40,73 @@ class WrittenPages {
   uint64_t bits_[(kSlots * sizeof(Slot) / kOsPageSize + 63) / 64] = {};
 };
 
+// The table of stacks, its counts, the peak's snapshot and the totals
+// that ask for profiles. A sample takes it; a free does not.
 Mutex g_lock;
 Stack* g_stacks = nullptr;
 size_t g_stack_count = 0;
 uint32_t* g_stack_index = nullptr;  // hash slot -> stack index + 1
 WrittenPages<uint32_t, kStackIndexSlots> g_stack_index_pages;
 size_t g_dropped = 0;
-std::atomic<int> g_dump_requested{0};
+
+// Estimated bytes of the sampled blocks still live (each sample counted
+// as pprof scales a stack of blocks of its size): a sample adds, its free
+// subtracts, without the lock.
+std::atomic<int64_t> g_live_estimate{0};
+
+// The table's live counts when the estimate was at its highest, to within
+// 1/32 of it: a new copy each time the estimate passes the last copy's by
+// more than that, so copies are few (logarithmic in the growth). Under
+// g_lock; mapped at start when peak profiles are on.
+struct PeakCounts {
+  uint64_t count, bytes;
+};
+struct Peak {
+  PeakCounts* counts = nullptr;
+  size_t stacks = 0;
+  int64_t total = 0;    // the estimate it was taken at
+  bool taken = false;   // by this process (a fork child starts afresh)
+  int64_t dump_at = 0;  // a copy at least this high asks for a profile
+};
+Peak g_peak;
+
+// XALLOC_PROF_INTERVAL: the bytes allocated, estimated from the samples
+// as the live bytes are (sample_estimate): a small block's sample stands
+// for XALLOC_PROF_RATE bytes, the spacing of samples, and a block of many
+// times that for its size, as a block is sampled once however many
+// sampling points it covers. Under g_lock.
+uint64_t g_sampled_bytes = 0;
+uint64_t g_next_interval_dump = 0;
+
+// One profile written at a time (it numbers them in order, and the
+// symbolizer's cache is not shared); taken before g_lock, which a profile
+// holds only while it copies the counts.
+Mutex g_dump_lock;
+StackCounts* g_dump_counts = nullptr;  // the copy being written (kMaxStacks)
+uint64_t g_next_seq = 0;
+int64_t g_written_max = 0;  // the highest estimate of a numbered profile written
+// Set when the exit's profiles begin: the writer thread's come before
+// them or not at all, so that the exit's profile is the last.
+std::atomic<bool> g_exiting{false};
+
+// Profiles asked of the writer thread, a bit each, in a futex word.
+enum : uint32_t { kSignalDump = 1, kPeakDump = 2, kIntervalDump = 4 };
+std::atomic<uint32_t> g_requests{0};
+bool g_writer_running = false;
+constexpr size_t kWriterStack = 256 * 1024;  // profile_writer.cpp's buffers, the symbolizer, dladdr
+
+const volatile uint32_t* request_word() { return reinterpret_cast<const volatile uint32_t*>(&g_requests); }
+
+// An atomic or and a futex wake, two system calls' worth of work at most
+// and no lock: async-signal-safe.
+void request(uint32_t bits) {
+  g_requests.fetch_or(bits, std::memory_order_release);
+  os::futex_wake_one(request_word());
+}
+
+void on_dump_signal(int) { request(kSignalDump); }
 
 // --- numbers ---------------------------------------------------------------
-
-// ln(x) for x > 0: exponent from the bits, mantissa by a series good to
-// about 1e-7 on [1, 2) (enough to space samples).
-double log_approx(double x) {
-  uint64_t bits;
-  memcpy(&bits, &x, sizeof(bits));
-  int exponent = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
-  bits = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1023} << 52);
-  double m;
-  memcpy(&m, &bits, sizeof(m));  // m in [1, 2)
-  double t = (m - 1) / (m + 1);  // ln(m) = 2 atanh(t), |t| < 1/3
-  double t2 = t * t;
-  double series = t * (2 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * 2.0 / 11)))));
-  return exponent * 0.6931471805599453 + series;
-}
-
-double exp_approx(double x) {
-  // e^x = 2^k * e^r with |r| <= ln2/2.
-  double k = static_cast<double>(static_cast<int64_t>(x / 0.6931471805599453 + (x < 0 ? -0.5 : 0.5)));
-  double r = x - k * 0.6931471805599453;
-  double er = 1 + r * (1 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720))))));
-  if (k < -1000) return 0;
-  uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(k) + 1023) << 52;
-  double scale;
-  memcpy(&scale, &bits, sizeof(scale));
-  return er * scale;
-}
 
 int64_t next_interval() {
   double u = static_cast<double>((secure::next_random() >> 11) + 1) * (1.0 / 9007199254740992.0);
@@ -94,12 +114,23 @@ int64_t next_interval() {
   return bytes < 1 ? 1 : static_cast<int64_t>(bytes);
 }
 
-// pprof's estimate of how many bytes a sampled (count, bytes) stands for.
-double scale_factor(uint64_t count, uint64_t bytes) {
-  if (count == 0) return 0;
-  double average = static_cast<double>(bytes) / static_cast<double>(count);
-  double p = 1 - exp_approx(-average / static_cast<double>(g_options.prof_rate));
-  return p > 0 ? 1 / p : 1;
+// XALLOC_PROF_RATE and its inverse, set at start (for sample_estimate).
+double g_rate = 0;
+double g_inverse_rate = 0;
+
+// What one sample of `size` bytes stands for, as pprof scales a stack of
+// such blocks (estimate_bytes): size / (1 - e^-x), x = size / rate; the
+// same for its free, which subtracts it. Most samples are of blocks far
+// smaller than the rate, where the series rate * (1 + x/2 + x^2/12) is
+// within 1e-4 of it (its next term is -x^4/720) and costs no division
+// (a sampled free computes it too).
+int64_t sample_estimate(size_t size) {
+  auto bytes = static_cast<double>(size);
+  double x = bytes * g_inverse_rate;
+  if (size == 0) return 0;
+  if (x < 0.5) return static_cast<int64_t>(g_rate + bytes * (0.5 + x * (1.0 / 12)));
+  double p = 1 - exp_approx(-x);
+  return static_cast<int64_t>(p > 0 ? bytes / p : bytes);
 }
 
 // --- tables ----------------------------------------------------------------
@@ -136,10 +167,27 @@ uint32_t intern_stack(void* const* frames, int depth) {
 
 uint64_t load_relaxed(const uint64_t& counter) { return __atomic_load_n(&counter, __ATOMIC_RELAXED); }
 
-// The estimated live bytes of a stack (pprof's scaling of its samples).
-double live_estimate(const Stack& s) {
-  uint64_t count = load_relaxed(s.live_count), bytes = load_relaxed(s.live_bytes);
-  return static_cast<double>(bytes) * scale_factor(count, bytes);
+// Under g_lock: copies the live counts, the new peak. A profile of it is
+// due when it is XALLOC_PROF_PEAK above the last one asked for.
+uint32_t take_peak(int64_t live) {
+  for (size_t i = 0; i < g_stack_count; ++i)
+    g_peak.counts[i] = {load_relaxed(g_stacks[i].live_count), load_relaxed(g_stacks[i].live_bytes)};
+  g_peak.stacks = g_stack_count;
+  g_peak.total = live;
+  g_peak.taken = true;
+  if (live < g_peak.dump_at) return 0;
+  g_peak.dump_at = live + static_cast<int64_t>(g_options.prof_peak);
+  return kPeakDump;
+}
+
+// Under g_lock: counts a sample standing for `estimate` bytes towards
+// XALLOC_PROF_INTERVAL.
+uint32_t count_for_interval(int64_t estimate) {
+  if (g_options.prof_interval == 0) return 0;
+  g_sampled_bytes += static_cast<uint64_t>(estimate);
+  if (g_sampled_bytes < g_next_interval_dump) return 0;
+  g_next_interval_dump = (g_sampled_bytes / g_options.prof_interval + 1) * g_options.prof_interval;
+  return kIntervalDump;
 }
 
 }  // namespace
@@ -152,167 +200,104 @@ void record(Page* page, size_t size, void* const* frames, int depth) {
   page->sampled = 1;
   page->sample_bytes = size;
   page->sample_stack = kNoStack;
-  LockGuard guard(g_lock);
-  uint32_t stack = intern_stack(frames, depth);
-  if (stack == UINT32_MAX) {
-    ++g_dropped;
-    return;
+  int64_t estimate = sample_estimate(size);
+  uint32_t requests = 0;
+  {
+    LockGuard guard(g_lock);
+    requests = count_for_interval(estimate);
+    uint32_t stack = intern_stack(frames, depth);
+    if (stack == UINT32_MAX) {
+      ++g_dropped;
+    } else {
+      page->sample_stack = stack;
+      Stack& st = g_stacks[stack];
+      st.alloc_count++;
+      st.alloc_bytes += size;
+      __atomic_fetch_add(&st.live_count, 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&st.live_bytes, size, __ATOMIC_RELAXED);
+      int64_t live = g_live_estimate.fetch_add(estimate, std::memory_order_relaxed) + estimate;
+      if (g_peak.counts != nullptr && live > g_peak.total + g_peak.total / 32) requests |= take_peak(live);
+    }
   }
-  page->sample_stack = stack;
-  Stack& st = g_stacks[stack];
-  st.alloc_count++;
-  st.alloc_bytes += size;
-  __atomic_fetch_add(&st.live_count, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&st.live_bytes, size, __ATOMIC_RELAXED);
+  // The writer takes g_lock to copy: woken after it is free.
+  if (requests != 0) request(requests);
 }
 
 namespace {
 
-void on_dump_signal(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
+// --- profiles --------------------------------------------------------------
 
-// --- output ----------------------------------------------------------------
-
-class FileWriter {
- public:
-  explicit FileWriter(const char* path) : fd_(os::open_write_new(path)) {}
-  ~FileWriter() {
-    flush();
-    if (fd_ >= 0) os::close(fd_);
+// Under g_lock: the view of a profile of what is live now (or of the
+// peak's snapshot), in g_dump_counts; returns its estimated total.
+int64_t copy_counts(bool peak, ProfileView* view) {
+  size_t count = peak ? g_peak.stacks : g_stack_count;
+  for (size_t i = 0; i < count; ++i) {
+    const Stack& s = g_stacks[i];
+    StackCounts& c = g_dump_counts[i];
+    c.live_count = peak ? g_peak.counts[i].count : load_relaxed(s.live_count);
+    c.live_bytes = peak ? g_peak.counts[i].bytes : load_relaxed(s.live_bytes);
+    c.alloc_count = s.alloc_count;
+    c.alloc_bytes = s.alloc_bytes;
   }
-  FileWriter(const FileWriter&) = delete;
-  FileWriter& operator=(const FileWriter&) = delete;
-  bool ok() const { return fd_ >= 0; }
-  template <typename... Args>
-  void print(const char* fmt, Args... args) {
-    const report::Arg list[] = {report::Arg(args)..., report::Arg("")};
-    char line[1024];
-    size_t n = report::format(line, sizeof(line), fmt, list, sizeof...(Args));
-    put(line, n);
-  }
-  void put(const char* data, size_t n) {
-    if (len_ + n > sizeof(buf_)) flush();
-    if (n > sizeof(buf_)) {
-      raw_write(data, n);
-      return;
-    }
-    memcpy(buf_ + len_, data, n);
-    len_ += n;
-  }
-  void flush() {
-    raw_write(buf_, len_);
-    len_ = 0;
-  }
-
- private:
-  void raw_write(const char* data, size_t n) {
-    if (fd_ >= 0) os::write_all(fd_, data, n);
-  }
-  int fd_;
-  char buf_[16384];
-  size_t len_ = 0;
-};
-
-// Leading frames that are xalloc's own (malloc, the slow path, the sampler).
-int first_user_frame(const Stack& s) {
-  int first = 0;
-  while (first < static_cast<int>(s.depth) - 1 && is_xalloc_code(s.frames[first])) ++first;
-  return first;
+  *view = {g_stacks, g_dump_counts, count};
+  return peak ? g_peak.total : g_live_estimate.load(std::memory_order_relaxed);
 }
 
-void make_path(char* out, size_t size, const char* prefix, const char* suffix) {
-  char pid_prefix[256];
+// Writes a profile: to `<prefix>.heap` and `.collapsed`, or with prefix
+// null to the next numbered pair. `peak`: of the peak's snapshot.
+// `writer`: for the writer thread, which gives way to the exit's profiles.
+bool write_dump(const char* prefix, bool peak, bool writer = false) {
+  LockGuard dump_guard(g_dump_lock);
+  if (writer && g_exiting.load(std::memory_order_relaxed)) return false;
+  bool was_in_sampler = t_in_sampler;
+  t_in_sampler = true;  // what symbolising allocates is not sampled
+  ProfileView view;
+  int64_t total;
+  {
+    LockGuard guard(g_lock);
+    total = copy_counts(peak, &view);
+  }
+  char stem[512];
   if (prefix == nullptr) {
-    const report::Arg args[] = {g_options.prof_prefix, static_cast<int64_t>(getpid())};
-    report::format(pid_prefix, sizeof(pid_prefix), "%s.%d", args, 2);
-    prefix = pid_prefix;
+    const report::Arg args[] = {g_options.prof_prefix, os::process_id(), g_next_seq++};
+    report::format(stem, sizeof(stem), "%s.%u.%u", args, 3);
+  } else {
+    const report::Arg args[] = {prefix};
+    report::format(stem, sizeof(stem), "%s", args, 1);
   }
-  const report::Arg args[] = {prefix, suffix};
-  report::format(out, size, "%s%s", args, 2);
+  bool written = write_profile(stem, view);
+  if (written && prefix == nullptr && total > g_written_max) g_written_max = total;
+  if (written && g_options.verbose) {
+    report::Redirect to(report::lasting_stderr());
+    report::message("heap profile%s written to %s.heap and %s.collapsed", peak ? " of the peak" : "", stem, stem);
+  }
+  t_in_sampler = was_in_sampler;
+  return written;
 }
 
-void write_pprof(const char* path) {
-  FileWriter out(path);
-  if (!out.ok()) return;
-  uint64_t live_count = 0, live_bytes = 0, alloc_count = 0, alloc_bytes = 0;
-  for (size_t i = 0; i < g_stack_count; ++i) {
-    live_count += load_relaxed(g_stacks[i].live_count);
-    live_bytes += load_relaxed(g_stacks[i].live_bytes);
-    alloc_count += g_stacks[i].alloc_count;
-    alloc_bytes += g_stacks[i].alloc_bytes;
-  }
-  out.print("heap profile: %u: %u [%u: %u] @ heap_v2/%u\n", live_count, live_bytes, alloc_count, alloc_bytes,
-            g_options.prof_rate);
-  for (size_t i = 0; i < g_stack_count; ++i) {
-    const Stack& s = g_stacks[i];
-    out.print("%u: %u [%u: %u] @", load_relaxed(s.live_count), load_relaxed(s.live_bytes), s.alloc_count,
-              s.alloc_bytes);
-    for (int f = first_user_frame(s); f < static_cast<int>(s.depth); ++f) out.print(" %p", s.frames[f]);
-    out.put("\n", 1);
-  }
-  // pprof maps addresses to binaries with this section.
-  out.put("\nMAPPED_LIBRARIES:\n", 19);
-  int maps = os::open_read("/proc/self/maps");
-  if (maps >= 0) {
-    char chunk[4096];
-    long n;
-    while ((n = os::read(maps, chunk, sizeof(chunk))) > 0) out.put(chunk, static_cast<size_t>(n));
-    os::close(maps);
-  }
-}
-
-void write_collapsed(const char* path) {
-  FileWriter out(path);
-  if (!out.ok()) return;
-  char name[512];
-  for (size_t i = 0; i < g_stack_count; ++i) {
-    const Stack& s = g_stacks[i];
-    if (load_relaxed(s.live_count) == 0) continue;
-    int first = first_user_frame(s);
-    // Flame graphs list the outermost frame first.
-    for (int f = static_cast<int>(s.depth) - 1; f >= first; --f) {
-      symbolize(s.frames[f], name, sizeof(name));
-      out.put(name, strlen(name));
-      if (f != first) out.put(";", 1);
+// The writer thread: sleeps on the request word, writes what is asked.
+void* writer_main(void*) {
+  t_in_sampler = true;
+  for (;;) {
+    uint32_t requests = g_requests.exchange(0, std::memory_order_acquire);
+    if (requests == 0) {
+      os::futex_wait(request_word(), 0);
+      continue;
     }
-    out.print(" %u\n", static_cast<uint64_t>(live_estimate(s)));
+    if ((requests & kPeakDump) != 0) write_dump(nullptr, true, true);
+    if ((requests & (kSignalDump | kIntervalDump)) != 0) write_dump(nullptr, false, true);
   }
+  return nullptr;
 }
 
-void print_leaks() {
-  constexpr int kTop = 10;
-  size_t order[kTop];
-  double estimate[kTop];
-  int shown = 0;
-  // Top sites by estimated live bytes (selection: few sites are shown).
-  for (size_t i = 0; i < g_stack_count; ++i) {
-    const Stack& s = g_stacks[i];
-    if (load_relaxed(s.live_count) == 0) continue;
-    double bytes = live_estimate(s);
-    int pos = shown < kTop ? shown++ : kTop - 1;
-    if (pos == kTop - 1 && shown == kTop && estimate[pos] >= bytes) continue;
-    while (pos > 0 && estimate[pos - 1] < bytes) {
-      order[pos] = order[pos - 1];
-      estimate[pos] = estimate[pos - 1];
-      --pos;
-    }
-    order[pos] = i;
-    estimate[pos] = bytes;
-  }
-  if (shown == 0) {
-    report::message("leaks: no sampled memory is live at exit");
-    return;
-  }
-  report::message("leaks: top allocation sites of memory live at exit (estimated from samples every %u bytes):",
-                  g_options.prof_rate);
-  char name[512];
-  for (int k = 0; k < shown; ++k) {
-    const Stack& s = g_stacks[order[k]];
-    report::message("leaks: %u bytes (%u sampled blocks) allocated at:", static_cast<uint64_t>(estimate[k]),
-                    load_relaxed(s.live_count));
-    int first = first_user_frame(s);
-    for (int f = first; f < static_cast<int>(s.depth) && f < first + 8; ++f)
-      report::detail("    #%u %s", static_cast<unsigned>(f - first), symbolize(s.frames[f], name, sizeof(name)));
-  }
+// Only when a profile may be asked for while the program runs.
+void start_writer() {
+  bool wanted = g_options.prof_signal != 0 ||
+                (g_options.prof && (g_options.prof_peak != 0 || g_options.prof_interval != 0));
+  if (!wanted) return;
+  g_writer_running = os::start_thread(writer_main, "xalloc-prof", kWriterStack);
+  if (!g_writer_running)
+    report::warning("heap profiler: no writer thread: profiles are written only at exit and by xalloc_prof_dump()");
 }
 
 }  // namespace
@@ -330,18 +315,25 @@ void start() {
   t_in_sampler = true;  // what loading the unwinder allocates is not sampled
   g_stacks = static_cast<Stack*>(os::map(kMaxStacks * sizeof(Stack)));
   g_stack_index = static_cast<uint32_t*>(os::map(kStackIndexSlots * sizeof(uint32_t)));
-  if (g_stacks == nullptr || g_stack_index == nullptr) {
+  g_dump_counts = static_cast<StackCounts*>(os::map(kMaxStacks * sizeof(StackCounts)));
+  if (g_stacks == nullptr || g_stack_index == nullptr || g_dump_counts == nullptr) {
     report::warning("heap profiler disabled: no memory for its tables");
     t_in_sampler = false;
     return;
   }
+  // Only touched as stacks are added (virtual memory until then).
+  if (g_options.prof && g_options.prof_peak != 0)
+    g_peak.counts = static_cast<PeakCounts*>(os::map(kMaxStacks * sizeof(PeakCounts)));
+  g_rate = static_cast<double>(g_options.prof_rate);
+  g_inverse_rate = 1 / g_rate;
+  g_peak.dump_at = static_cast<int64_t>(g_options.prof_peak);
+  g_next_interval_dump = g_options.prof_interval;
   // libunwind follows the stacks xalloc's own walker cannot (stack_trace.h):
   // loaded now, never from inside a sampled allocation (dlopen takes the
   // loader's lock). Without it those stacks end where the walker stopped.
   stack_trace_load();
-  if (g_options.prof_signal != 0) {
-    os::on_signal(static_cast<int>(g_options.prof_signal), on_dump_signal);
-  }
+  start_writer();
+  if (g_options.prof_signal != 0) os::on_signal(static_cast<int>(g_options.prof_signal), on_dump_signal);
   g_flags.profiling.store(true, std::memory_order_relaxed);
   t_in_sampler = false;
 }
@@ -355,47 +347,74 @@ void forget(const Page* page) {
   Stack& st = g_stacks[page->sample_stack];
   __atomic_fetch_sub(&st.live_count, 1, __ATOMIC_RELAXED);
   __atomic_fetch_sub(&st.live_bytes, page->sample_bytes, __ATOMIC_RELAXED);
+  g_live_estimate.fetch_sub(sample_estimate(page->sample_bytes), std::memory_order_relaxed);
 }
 
 void resized(Page* page, size_t size) {
-  if (page->sample_stack != kNoStack)
+  if (page->sample_stack != kNoStack) {
     __atomic_fetch_add(&g_stacks[page->sample_stack].live_bytes, size - page->sample_bytes, __ATOMIC_RELAXED);
+    g_live_estimate.fetch_add(sample_estimate(size) - sample_estimate(page->sample_bytes), std::memory_order_relaxed);
+  }
   page->sample_bytes = size;
 }
 
-bool dump(const char* prefix) {
-  if (!profiling()) return false;
-  char heap_path[512];
-  char collapsed_path[512];
-  make_path(heap_path, sizeof(heap_path), prefix, ".heap");
-  make_path(collapsed_path, sizeof(collapsed_path), prefix, ".collapsed");
-  t_in_sampler = true;
+bool dump(const char* prefix) { return profiling() && write_dump(prefix, false); }
+
+void lock_for_fork() {
+  g_dump_lock.lock();
+  g_lock.lock();
+}
+
+void unlock_after_fork_parent() {
+  g_lock.unlock();
+  g_dump_lock.unlock();
+}
+
+void reset_after_fork_child() {
+  g_lock.reset_after_fork();
+  g_dump_lock.reset_after_fork();
+  // The child's profiles are its own (its pid): numbered from 0, and its
+  // peak is measured from what it has now, not from its parent's.
+  g_next_seq = 0;
+  g_written_max = 0;
+  g_requests.store(0, std::memory_order_relaxed);
+  int64_t live = g_live_estimate.load(std::memory_order_relaxed);
+  g_peak.taken = false;
+  g_peak.total = live;
+  g_peak.dump_at = live + static_cast<int64_t>(g_options.prof_peak);
+  // The writer thread is not in the child.
+  if (g_writer_running) start_writer();
+}
+
+void at_exit_profiles() {
+  if (!profiling() || !g_options.prof) return;
+  g_exiting.store(true, std::memory_order_relaxed);
+  int64_t live = g_live_estimate.load(std::memory_order_relaxed);
+  // The peak, unless a profile as high was written, or what is live now
+  // (the exit profile) is as high to within the snapshot's step.
+  bool peak_first;
   {
+    LockGuard dump_guard(g_dump_lock);
     LockGuard guard(g_lock);
-    write_pprof(heap_path);
-    write_collapsed(collapsed_path);
+    peak_first = g_peak.taken && g_peak.total > g_written_max && g_peak.total > live + live / 32;
   }
-  t_in_sampler = false;
-  if (g_options.verbose) report::message("heap profile written to %s and %s", heap_path, collapsed_path);
-  return true;
+  if (peak_first) write_dump(nullptr, true);
+  if (g_options.prof_exit == 2 || (g_options.prof_exit == 1 && live > 0)) write_dump(nullptr, false);
 }
 
-void poll_signal() {
-  if (g_dump_requested.load(std::memory_order_relaxed) != 0 && g_dump_requested.exchange(0) != 0) dump(nullptr);
-}
-
-void lock_for_fork() { g_lock.lock(); }
-void unlock_after_fork_parent() { g_lock.unlock(); }
-void reset_after_fork_child() { g_lock.reset_after_fork(); }
-
-void at_exit() {
+void at_exit_leaks() {
   if (!profiling()) return;
-  if (g_options.prof) dump(nullptr);
   if (g_options.leaks) {
+    bool was_in_sampler = t_in_sampler;
     t_in_sampler = true;
-    LockGuard guard(g_lock);
-    print_leaks();
-    t_in_sampler = false;
+    LockGuard dump_guard(g_dump_lock);
+    ProfileView view;
+    {
+      LockGuard guard(g_lock);
+      copy_counts(false, &view);
+    }
+    print_leaks(view);
+    t_in_sampler = was_in_sampler;
   }
   if (g_dropped != 0) report::warning("heap profiler: %u samples dropped (tables full)", g_dropped);
 }

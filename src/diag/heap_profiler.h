@@ -9,12 +9,20 @@
 // of stacks, and the stack's index and the size in the block's descriptor,
 // where its free finds them without a lock.
 //
-// Profiles of the live sampled memory are written at exit (and on
-// XALLOC_PROF_SIGNAL or xalloc_prof_dump()): `<prefix>.heap` in the legacy
-// text format google-pprof reads (heap_v2: pprof scales the samples up to
-// estimated totals), and `<prefix>.collapsed` (scaled; one line per stack,
-// for flame graphs). XALLOC_LEAKS=1 prints the top allocation sites of
-// memory still live at exit.
+// Profiles of the live sampled memory (profile_writer.h) are numbered in
+// the order they are written, `<prefix>.<pid>.<seq>.heap` and
+// `.collapsed`, so none overwrites another and a fork child's (another
+// pid) none of its parent's: on XALLOC_PROF_SIGNAL, at each new peak of
+// the sampled live memory XALLOC_PROF_PEAK bytes above the last (a copy
+// of the table taken at the peak), every XALLOC_PROF_INTERVAL bytes
+// allocated, and at exit (the peak first, when it is higher than anything
+// written and than what is live then). A thread of its own writes them
+// (started only when one of these can happen), woken through a futex
+// word: the signal handler only sets a bit and wakes it, so a signal's
+// profile is written at once whatever the program does meanwhile.
+// xalloc_prof_dump() writes `<prefix>.heap` for a prefix of its own, and
+// the next numbered profile without one. XALLOC_LEAKS=1 prints the top
+// allocation sites of memory still live at exit.
 //
 // Small blocks (the direct table's sizes) are sampled through per-class
 // windows (heap.h) when the profiler runs without statistics: the fast path
@@ -34,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "diag/profile_data.h"
 #include "meta/page.h"
 
 namespace xalloc {
@@ -68,7 +77,6 @@ void start();
 // The calling thread is taking a sample (or writing a profile): what it
 // allocates meanwhile (the unwinder, a dump) is not sampled.
 extern __thread bool t_in_sampler;
-constexpr int kMaxFrames = 32;
 // Records a sample of `size` bytes taken at `frames` in `page`, the
 // descriptor of the sampled block (a large span or a huge block's first).
 void record(Page* page, size_t size, void* const* frames, int depth);
@@ -85,15 +93,19 @@ void forget(const Page* page);
 // with its descriptor's sample fields: it stays sampled, now `size` bytes.
 void resized(Page* page, size_t size);
 
-// Writes the profiles now (prefix null: the configured one).
+// Writes the profiles now: `<prefix>.heap` and `.collapsed`, or with
+// prefix null the next numbered ones.
 bool dump(const char* prefix);
 
-// Runs a dump requested by the signal, if any (called from slow paths).
-void poll_signal();
+// At exit: the peak's profile if it is worth writing, then the exit
+// profile (XALLOC_PROF_EXIT); then the leak report (XALLOC_LEAKS), as
+// message() lines.
+void at_exit_profiles();
+void at_exit_leaks();
 
-void at_exit();
-
-// fork(): the profiler's lock is held across it, and is free in the child.
+// fork(): the profiler's locks are held across it, and are free in the
+// child, which numbers its profiles from 0 and gets a writer thread of its
+// own.
 void lock_for_fork();
 void unlock_after_fork_parent();
 void reset_after_fork_child();

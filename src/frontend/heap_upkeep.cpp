@@ -23,9 +23,6 @@ namespace {
 constexpr uint32_t kKeptSpanLifetime = 64;
 
 void heap_periodic(Heap* heap) {
-  // Not for the heap of exiting threads (late_alloc), which runs under the
-  // registry lock: a dump allocates.
-  if (prof::profiling() && heap->state.load(std::memory_order_relaxed) == HeapState::kActive) prof::poll_signal();
   if (heap->spares.classes.load(std::memory_order_relaxed) != 0) spares_expire(heap);
   // (Not while the profiler's windows stand in front of the current slabs.)
   if ((heap->slow_calls & (kCurrentLifetime - 1)) == 0 && !prof::windowed()) current_slabs_expire(heap);

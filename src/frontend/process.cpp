@@ -18,6 +18,7 @@
 #include "support/emergency_heap.h"
 #include "support/hooks.h"
 #include "support/options.h"
+#include "support/report.h"
 
 namespace xalloc {
 
@@ -127,6 +128,8 @@ void process_init() {
   g_hooks.leave_thread_heap = [] { t_heap = &g_empty_heap; };
   g_hooks.release_cached_memory = release_cached_memory;
   options_init();
+  // What is printed at exit must outlive a program's closing its stderr.
+  if (g_options.stats || g_options.leaks || g_options.prof) report::keep_stderr();
   segment_map_init();
   emergency::init(g_options.commit_on_demand);
   secure::init_secret();

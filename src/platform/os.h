@@ -110,6 +110,21 @@ void write_stderr(const char* buf, size_t len);
 // Files, through raw system calls: -1 (or false) on failure.
 int open_read(const char* path);
 int open_write_new(const char* path);  // created or truncated, mode 0644
+// Replaces `to` by `from` in one step: a reader sees the old file or the
+// whole new one.
+bool rename_file(const char* from, const char* to);
+void remove_file(const char* path);
+// A duplicate of `fd` numbered `lowest` or above, closed on exec; -1 if
+// none (`fd` not open, or `lowest` beyond the process's limit).
+int duplicate_fd(int fd, int lowest);
+// The file an open descriptor refers to (device and inode); false when it
+// is not open.
+struct FileIdentity {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+bool file_identity(int fd, FileIdentity* out);
 long read(int fd, void* buf, size_t len);
 bool write_all(int fd, const char* buf, size_t len);
 void close(int fd);
@@ -127,9 +142,10 @@ uint64_t resident_bytes();
 // Spins politely while another thread finishes a short step.
 inline void cpu_relax() { __builtin_ia32_pause(); }
 void sleep_ms(uint64_t ms);
-// A detached thread named `name`, with a small stack and every signal
-// blocked (it must not take the program's signals). False if none.
-bool start_thread(void* (*main)(void*), const char* name);
+// A detached thread named `name`, with a stack of `stack_bytes` (small:
+// the program's limit for thread stacks could be any size) and every
+// signal blocked (it must not take the program's signals). False if none.
+bool start_thread(void* (*main)(void*), const char* name, size_t stack_bytes = 64 * 1024);
 // A per-thread slot whose destructor runs at thread exit with the value
 // last set (pthread keys). False when none is left.
 bool thread_exit_key_create(void (*destructor)(void*));

@@ -311,6 +311,26 @@ int open_write_new(const char* path) {
   return failed(fd) ? -1 : static_cast<int>(fd);
 }
 
+bool rename_file(const char* from, const char* to) {
+  return !failed(raw_syscall(SYS_renameat, AT_FDCWD, reinterpret_cast<long>(from), AT_FDCWD,
+                             reinterpret_cast<long>(to)));
+}
+
+void remove_file(const char* path) { raw_syscall(SYS_unlinkat, AT_FDCWD, reinterpret_cast<long>(path), 0); }
+
+int duplicate_fd(int fd, int lowest) {
+  long copy = raw_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, lowest);
+  return failed(copy) ? -1 : static_cast<int>(copy);
+}
+
+bool file_identity(int fd, FileIdentity* out) {
+  struct stat st;
+  if (failed(raw_syscall(SYS_fstat, fd, reinterpret_cast<long>(&st)))) return false;
+  out->device = static_cast<uint64_t>(st.st_dev);
+  out->inode = static_cast<uint64_t>(st.st_ino);
+  return true;
+}
+
 long read(int fd, void* buf, size_t len) {
   for (;;) {
     long n = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), static_cast<long>(len));

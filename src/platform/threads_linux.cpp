@@ -20,7 +20,7 @@ void sleep_ms(uint64_t ms) {
   }
 }
 
-bool start_thread(void* (*main)(void*), const char* name) {
+bool start_thread(void* (*main)(void*), const char* name, size_t stack_bytes) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -28,7 +28,7 @@ bool start_thread(void* (*main)(void*), const char* name) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setstacksize(&attr, stack_bytes);
   bool started = pthread_create(&thread, &attr, main, nullptr) == 0;
   if (started) pthread_setname_np(thread, name);
   pthread_attr_destroy(&attr);

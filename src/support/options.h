@@ -43,14 +43,23 @@ struct Options {
   uint64_t remote_batch_bytes = 16 << 10;
   bool verbose = false;  // print the effective options at start-up
   bool stats = false;    // print statistics at exit
+  // The statistics and leak report at exit go to this file (%p: the pid)
+  // instead of stderr ("": stderr).
+  const char* stats_file = "";
   // What free() does with a pointer xalloc never handed out: abort with a
   // report (default), or ignore it (leak) for programs known to do it.
   bool abort_on_invalid_free = true;
   // Heap profiler (heap_profiler.h).
   bool prof = false;
   uint64_t prof_rate = 512 << 10;   // mean bytes between samples
-  const char* prof_prefix = "xalloc";  // files <prefix>.<pid>.heap and .collapsed
+  const char* prof_prefix = "xalloc";  // files <prefix>.<pid>.<seq>.heap and .collapsed
   uint64_t prof_signal = 0;          // a signal that writes a profile
+  // A profile whenever sampled live memory reaches a new peak this many
+  // bytes above the last one written (0: none).
+  uint64_t prof_peak = 64 << 20;
+  uint64_t prof_interval = 0;  // a profile every this many bytes allocated (0: none)
+  // The profile at exit: 0 none, 1 when sampled memory is live, 2 always.
+  uint64_t prof_exit = 1;
   bool leaks = false;                // print the top sites of memory live at exit
   // Secure build: a freed slab block waits for at least this many later
   // frees of its heap before it can be reused (at most

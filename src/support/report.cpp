@@ -121,22 +121,70 @@ size_t format(char* buf, size_t size, const char* fmt, const Arg* args, size_t n
   return w.finish();
 }
 
-void emit(const char* prefix, const char* fmt, const Arg* args, size_t nargs) {
-  char line[512];
+namespace {
+
+// A line of output: prefix, formatted message, newline.
+size_t format_line(char* line, size_t size, const char* prefix, const char* fmt, const Arg* args, size_t nargs) {
   size_t plen = strlen(prefix);
   memcpy(line, prefix, plen);
-  size_t len = plen + format(line + plen, sizeof(line) - plen - 1, fmt, args, nargs);
+  size_t len = plen + format(line + plen, size - plen - 1, fmt, args, nargs);
   line[len++] = '\n';
+  return len;
+}
+
+// Where this thread's message() lines go (Redirect); -1: stderr.
+__thread int t_redirect = -1;
+
+// The duplicate of stderr, and the file it refers to.
+int g_kept_fd = -1;
+os::FileIdentity g_kept_file;
+
+// Above the descriptors a program commonly uses, so that one opened
+// later does not take the next number after it.
+constexpr int kKeptFdLowest = 512;
+
+}  // namespace
+
+void emit(const char* prefix, const char* fmt, const Arg* args, size_t nargs) {
+  char line[512];
+  size_t len = format_line(line, sizeof(line), prefix, fmt, args, nargs);
+  if (t_redirect >= 0) {
+    os::write_all(t_redirect, line, len);
+  } else {
+    os::write_stderr(line, len);
+  }
+}
+
+void emit_stderr(const char* prefix, const char* fmt, const Arg* args, size_t nargs) {
+  char line[512];
+  size_t len = format_line(line, sizeof(line), prefix, fmt, args, nargs);
   os::write_stderr(line, len);
 }
 
 void emit_fatal(const char* fmt, const Arg* args, size_t nargs) {
   // Whatever the trace needs to allocate comes from the emergency buffer.
   emergency::enter();
+  t_redirect = -1;  // the report and its stack go to stderr
   emit("xalloc: ", fmt, args, nargs);
   if (g_hooks.print_stack != nullptr) g_hooks.print_stack();
   os::abort_process();
 }
+
+void keep_stderr() {
+  if (g_kept_fd >= 0 || !os::file_identity(2, &g_kept_file)) return;
+  int fd = os::duplicate_fd(2, kKeptFdLowest);
+  if (fd < 0) fd = os::duplicate_fd(2, 3);  // the limit on descriptors is lower
+  g_kept_fd = fd;
+}
+
+int lasting_stderr() {
+  os::FileIdentity now;
+  if (g_kept_fd >= 0 && os::file_identity(g_kept_fd, &now) && now == g_kept_file) return g_kept_fd;
+  return 2;
+}
+
+Redirect::Redirect(int fd) : previous_(t_redirect) { t_redirect = fd; }
+Redirect::~Redirect() { t_redirect = previous_; }
 
 }  // namespace report
 

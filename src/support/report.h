@@ -41,8 +41,34 @@ struct Arg {
 // Formats into buf (always NUL-terminated); returns the length.
 size_t format(char* buf, size_t size, const char* fmt, const Arg* args, size_t nargs);
 
+// To this thread's redirection (below) if it has one, else to stderr.
 void emit(const char* prefix, const char* fmt, const Arg* args, size_t nargs);
+// Always to descriptor 2: warnings and misuse reports.
+void emit_stderr(const char* prefix, const char* fmt, const Arg* args, size_t nargs);
 [[noreturn]] void emit_fatal(const char* fmt, const Arg* args, size_t nargs);
+
+// Output printed at exit (statistics, the leak report, the profiler's
+// lines) must reach the user even if the program closed its stderr first,
+// as every coreutils program does: keep_stderr() takes a duplicate of
+// descriptor 2 at start-up (numbered high, closed on exec), and
+// lasting_stderr() is that duplicate while it still refers to the file
+// descriptor 2 referred to then (a program may close every descriptor it
+// does not know, and open another file under the same number), else 2.
+void keep_stderr();
+int lasting_stderr();
+
+// While one lives, the lines this thread prints with message() and
+// detail() go to `fd` (warnings and misuse reports stay on stderr).
+class Redirect {
+ public:
+  explicit Redirect(int fd);
+  ~Redirect();
+  Redirect(const Redirect&) = delete;
+  Redirect& operator=(const Redirect&) = delete;
+
+ private:
+  int previous_;
+};
 
 template <typename... Args>
 void message(const char* fmt, Args... args) {
@@ -60,7 +86,7 @@ void detail(const char* fmt, Args... args) {
 template <typename... Args>
 void warning(const char* fmt, Args... args) {
   const Arg list[] = {Arg(args)..., Arg("")};
-  emit("xalloc: warning: ", fmt, list, sizeof...(Args));
+  emit_stderr("xalloc: warning: ", fmt, list, sizeof...(Args));
 }
 
 // One line naming the problem, then the stack, then abort().
