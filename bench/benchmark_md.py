@@ -39,7 +39,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import fmt_time  # noqa: E402  (times as the runner prints them)
+from run_results import fmt_time  # noqa: E402  (times as the runner prints them)
 
 REF = "xalloc"
 TIME_LIMIT = 1.15     # xalloc's time over the best other's: a loss past this
