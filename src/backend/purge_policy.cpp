@@ -5,6 +5,7 @@
 namespace xalloc {
 
 XALLOC_STARTUP_DATA std::atomic<unsigned> g_budget_boost{0};
+XALLOC_STARTUP_DATA std::atomic<bool> g_purge_clock{false};
 
 namespace {
 // How far a burst of frees may go beyond the budget before it is given
@@ -58,6 +59,13 @@ size_t PurgePolicy::budget_bytes() const {
 // the budget, held memory is taken before fresh memory (the span
 // allocator's take_fitting), and as the program grows back the allowance
 // shrinks. Memory older than the delay is purged whatever the allowance.
+//
+// While a clock runs (dirty_allowance_bytes), everything freed since the
+// recent peak may stay, live data or not: a batch that is built, freed
+// whole and built again has nothing live between two rounds, and the clock
+// still returns what the program does not take back once the peak is a
+// delay old. Without a clock that would be memory no call may come back
+// for, so the allowance is what is likely taken again, as above.
 size_t PurgePolicy::held_for_reuse(size_t in_use, size_t peak) const {
   size_t live = live_bytes_ < in_use ? live_bytes_ : in_use;
   size_t slab_free = in_use - live;
@@ -114,8 +122,11 @@ bool PurgePolicy::release_shrinks(uint64_t now_ms, size_t in_use) {
 
 // A burst of frees far beyond the allowance (a phase of the program ended)
 // is given back at once: no later allocation may come to trigger the
-// delayed purge.
-bool PurgePolicy::is_burst(size_t dirty_free_slices, size_t allowance_bytes, bool shrinking) {
+// delayed purge. While a clock runs, one will: the burst waits its tenth
+// of the delay like any excess, and a program that builds its batch again
+// at once (one thread builds, others consume and free) keeps its pages.
+bool PurgePolicy::is_burst(size_t dirty_free_slices, size_t allowance_bytes, bool shrinking) const {
+  if (clock_runs()) return false;
   size_t cap_bytes = shrinking ? allowance_bytes + kShrinkingSlack : burst_threshold_bytes(allowance_bytes);
   return dirty_free_slices > cap_bytes >> kSliceShift;
 }

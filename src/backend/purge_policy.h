@@ -7,6 +7,10 @@
 // not inflate the footprint; and beyond twice that (and 16 MiB more), a
 // burst, it is purged at once.
 //
+// With a purger's clock (g_purge_clock), nothing is purged at once: what
+// was freed since the recent peak may wait the whole delay, so a program
+// that builds a batch, frees it and builds it again keeps its pages.
+//
 // The budget learns from the program: memory purged to keep within it and
 // taken again soon after boosts it (sixteen times), a whole delay of calm
 // steps the boost down, and a program that shrinks has it ended.
@@ -43,6 +47,11 @@ size_t burst_threshold_bytes(size_t budget);
 // by the policy of the process's span allocator, under its lock.
 extern std::atomic<unsigned> g_budget_boost;
 
+// Whether a thread purges on a clock (the frontend's purger, which sets
+// this once it runs): then no free has to purge at once for fear that no
+// later call comes to do it.
+extern std::atomic<bool> g_purge_clock;
+
 class PurgePolicy {
  public:
   static constexpr unsigned kMaxBoost = 4;
@@ -54,11 +63,14 @@ class PurgePolicy {
   struct Inputs {
     size_t (*in_use_bytes)();
     std::atomic<unsigned>* boost;
+    const std::atomic<bool>* clock;
   };
-  // The process's: its counters, and the boost dirty_budget_bytes() reads.
+  // The process's: its counters, the boost dirty_budget_bytes() reads, and
+  // its purger's clock.
   constexpr PurgePolicy() = default;
   // A test's own.
-  constexpr explicit PurgePolicy(Inputs inputs) : in_use_bytes_(inputs.in_use_bytes), boost_(inputs.boost) {}
+  constexpr explicit PurgePolicy(Inputs inputs)
+      : in_use_bytes_(inputs.in_use_bytes), boost_(inputs.boost), clock_(inputs.clock) {}
 
   // The budget with `in_use` bytes in use and boost `boost`.
   static size_t budget_for(size_t in_use, unsigned boost);
@@ -72,7 +84,7 @@ class PurgePolicy {
   // budget, plus what the program freed since its recent peak and may take
   // again (purge_policy.cpp). `dirty_free_slices`: free slices that may be
   // resident now; `count_live()`: bytes of live blocks, a walk of every
-  // span, called only when the estimate is due.
+  // span, called only when the estimate is due (never while a clock runs).
   template <typename CountLive>
   size_t dirty_allowance_bytes(uint64_t now_ms, size_t dirty_free_slices, CountLive count_live) {
     size_t budget = budget_bytes();
@@ -80,9 +92,13 @@ class PurgePolicy {
     size_t in_use = in_use_bytes_();
     size_t peak = recent_peak_in_use();
     if (peak == in_use) return budget;
+    if (clock_runs()) return budget + (peak - in_use);
     if (live_count_due(now_ms, in_use)) note_live_count(count_live(), in_use, now_ms);
     return budget + held_for_reuse(in_use, peak);
   }
+
+  // Whether a purger's clock runs (g_purge_clock).
+  bool clock_runs() const { return clock_->load(std::memory_order_relaxed); }
 
   // A span is about to be released, with `in_use` bytes in use counting it.
   void note_release(size_t in_use);
@@ -91,7 +107,7 @@ class PurgePolicy {
   bool release_shrinks(uint64_t now_ms, size_t in_use);
   // Whether `dirty_free_slices` free slices resident are a burst to give
   // back at once, given the allowance and whether the program shrinks.
-  static bool is_burst(size_t dirty_free_slices, size_t allowance_bytes, bool shrinking);
+  bool is_burst(size_t dirty_free_slices, size_t allowance_bytes, bool shrinking) const;
 
   // `slices` slices were taken from the free spans.
   void note_take(size_t slices);
@@ -127,6 +143,7 @@ class PurgePolicy {
 
   size_t (*in_use_bytes_)() = stats::in_use_bytes;
   std::atomic<unsigned>* boost_ = &g_budget_boost;
+  const std::atomic<bool>* clock_ = &g_purge_clock;
   // The budget's feedback, per review period (epoch): slices purged for the
   // budget, slices of those taken again, and the most free slices resident
   // at once.

@@ -291,7 +291,7 @@ bool SpanAllocator::release_and_choose_purges(Page* span, uint64_t idle_ms, Purg
   size_t allowance_bytes = dirty_allowance_bytes_locked(now);
   size_t allowance = allowance_bytes >> kSliceShift;
   // A burst is given back at once, largest spans first.
-  bool more = PurgePolicy::is_burst(dirty_free_slices_, allowance_bytes, shrinking) &&
+  bool more = policy_.is_burst(dirty_free_slices_, allowance_bytes, shrinking) &&
               choose_excess_purges_locked(allowance, kAnyAge, batch);
   if (now >= next) {
     purge_locked(false, now, batch);

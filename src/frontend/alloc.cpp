@@ -19,6 +19,7 @@
 #include "frontend/heap_upkeep.h"
 #include "frontend/inbox.h"
 #include "frontend/outbox.h"
+#include "frontend/purger.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 #include "support/counters.h"
@@ -205,8 +206,9 @@ XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
   if (XALLOC_UNLIKELY(watching(heap))) {
     if (void* sampled = watch_allocation(heap, watch_class(size), size, 0)) return sampled;
   }
-  if (size <= kMaxLargeSize) return large_alloc(size, 0, false);
-  return huge_alloc(size, 0, false);
+  void* block = size <= kMaxLargeSize ? large_alloc(size, 0, false) : huge_alloc(size, 0, false);
+  purger_start_if_due();
+  return block;
 }
 
 }  // namespace

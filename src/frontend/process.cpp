@@ -12,6 +12,7 @@
 #include "frontend/inbox.h"
 #include "frontend/huge_cache.h"
 #include "frontend/kept_spans.h"
+#include "frontend/purger.h"
 #include "frontend/thread_registry.h"
 #include "meta/secure.h"
 #include "platform/os.h"
@@ -36,22 +37,6 @@ constexpr uint64_t kInitDone = 2;
 XALLOC_STARTUP_DATA std::atomic<uint64_t> g_init{kInitNone};
 __thread bool t_initializing = false;
 XALLOC_STARTUP_DATA bool g_fork_handlers_registered = false;
-
-// XALLOC_BACKGROUND_PURGE: a thread that runs the purge on its own clock.
-std::atomic<bool> g_purger_running{false};
-
-void* purger_main(void*) {
-  for (;;) {
-    os::sleep_ms(g_options.purge_delay_ms / 10 > 5 ? g_options.purge_delay_ms / 10 : 5);
-    purge_idle_memory(os::monotonic_ms());
-  }
-  return nullptr;
-}
-
-void start_purger() {
-  if (!g_options.background_purge || g_purger_running.exchange(true)) return;
-  if (!os::start_thread(purger_main, "xalloc-purge")) g_purger_running.store(false);
-}
 
 // pthread key destructor: the thread is exiting.
 void thread_heap_teardown(void* arg) {
@@ -96,9 +81,7 @@ void fork_child() {
   registry_reset_after_fork_child();
   stack_trace_release_after_fork();
   prof::reset_after_fork_child();
-  // The purger thread does not exist in the child: start another.
-  g_purger_running.store(false);
-  start_purger();
+  purger_after_fork_child();
 }
 
 }  // namespace
@@ -142,7 +125,7 @@ void process_init() {
     g_fork_handlers_registered = true;
   }
   prof::start();
-  start_purger();
+  if (g_options.background_purge == Switch::kOn) purger_start();
   t_initializing = false;
   g_init.store(kInitDone, std::memory_order_release);
   g_process_ready.store(true, std::memory_order_release);

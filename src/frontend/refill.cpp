@@ -9,6 +9,7 @@
 #include "frontend/heap_upkeep.h"
 #include "frontend/inbox.h"
 #include "frontend/profile_windows.h"
+#include "frontend/purger.h"
 #include "frontend/sampling.h"
 #include "frontend/thread_registry.h"
 #include "support/debug.h"
@@ -89,7 +90,9 @@ void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
       }
     }
   }
-  return heap_alloc_refill(heap, cls, from_direct);
+  void* block = heap_alloc_refill(heap, cls, from_direct);
+  purger_start_if_due();
+  return block;
 }
 
 namespace {

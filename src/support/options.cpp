@@ -13,7 +13,7 @@ Options g_options;
 
 namespace {
 
-enum class OptionType { kBool, kSize, kMillis, kCount, kString };
+enum class OptionType { kBool, kSwitch, kSize, kMillis, kCount, kString };
 
 struct OptionSpec {
   const char* name;  // without the XALLOC_ prefix
@@ -30,8 +30,8 @@ const OptionSpec kSpecs[] = {
      "ms free memory stays resident before it is returned to the OS", uint64_t{1} << 40},
     {"DIRTY_PERCENT", OptionType::kCount, &g_options.dirty_percent,
      "free memory kept resident for reuse, in percent of the memory in use", 1000000},
-    {"BACKGROUND_PURGE", OptionType::kBool, &g_options.background_purge,
-     "a thread returns free memory to the OS even while the program is idle"},
+    {"BACKGROUND_PURGE", OptionType::kSwitch, &g_options.background_purge,
+     "a thread returns free memory to the OS on its own clock (auto: once 64 MiB are in use)"},
     {"BORROW", OptionType::kBool, &g_options.borrow,
      "reuse blocks freed for threads that are not running before taking new memory"},
     {"RETAIN_SEGMENTS", OptionType::kCount, &g_options.retain_segments, "empty 32 MiB segments kept for reuse",
@@ -109,10 +109,24 @@ bool parse_bool(const char* text, bool* out) {
   return false;
 }
 
+bool parse_switch(const char* text, Switch* out) {
+  bool on = false;
+  if (strcmp(text, "auto") == 0) {
+    *out = Switch::kAuto;
+  } else if (parse_bool(text, &on)) {
+    *out = on ? Switch::kOn : Switch::kOff;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool apply(const OptionSpec& spec, const char* value) {
   switch (spec.type) {
     case OptionType::kBool:
       return parse_bool(value, static_cast<bool*>(spec.target));
+    case OptionType::kSwitch:
+      return parse_switch(value, static_cast<Switch*>(spec.target));
     case OptionType::kSize:
     case OptionType::kMillis:
     case OptionType::kCount: {
@@ -176,6 +190,12 @@ void options_print() {
   for (const OptionSpec& spec : kSpecs) {
     if (spec.type == OptionType::kString) {
       report::message("option XALLOC_%s=%s  (%s)", spec.name, *static_cast<const char**>(spec.target), spec.help);
+      continue;
+    }
+    if (spec.type == OptionType::kSwitch) {
+      static constexpr const char* kWords[] = {"0", "1", "auto"};
+      report::message("option XALLOC_%s=%s  (%s)", spec.name, kWords[static_cast<unsigned>(*static_cast<Switch*>(spec.target))],
+                      spec.help);
       continue;
     }
     uint64_t value = spec.type == OptionType::kBool ? (*static_cast<bool*>(spec.target) ? 1 : 0)

@@ -7,6 +7,9 @@
 
 namespace xalloc {
 
+// An option that may also be left to xalloc: "auto".
+enum class Switch : uint8_t { kOff, kOn, kAuto };
+
 struct Options {
   // Free memory stays resident this long before it is purged (madvise), so
   // that memory about to be reused is not faulted in again.
@@ -14,10 +17,13 @@ struct Options {
   // Free memory left resident for reuse beyond this percentage of the
   // memory in use (and 4 MiB) is purged after a tenth of the delay.
   uint64_t dirty_percent = 12;
-  // A thread that purges on its own schedule, so memory freed before the
-  // whole process goes idle is returned too (off: purging rides on the
-  // allocator's slow paths).
-  bool background_purge = false;
+  // A thread that purges on its own clock (purger.h). Without it, purging
+  // rides on the allocator's calls, and memory freed in a burst must go
+  // back at once, as no later call may come; with it, freed memory waits
+  // for its delay, and a program that frees a batch and builds it again
+  // keeps its pages. Auto: started once the process has 64 MiB in use, so
+  // small programs run without it.
+  Switch background_purge = Switch::kAuto;
   // A thread that needs a new slab first borrows blocks that other threads
   // freed for a thread that is not running (borrow.h): less memory for
   // programs whose threads take turns, at the cost of more cross-thread

@@ -15,9 +15,12 @@ std::string xtest::current_test_name() {
   return std::string(info->test_suite_name()) + "." + info->name();
 }
 
-bool xtest::rerun_in_fresh_process(unsigned timeout_s) {
+bool xtest::rerun_in_fresh_process(unsigned timeout_s) { return rerun_in_fresh_process_with({}, timeout_s); }
+
+bool xtest::rerun_in_fresh_process_with(const std::vector<std::pair<std::string, std::string>>& env,
+                                        unsigned timeout_s) {
   if (xtest::in_fresh_process()) return true;
-  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), timeout_s);
+  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), timeout_s, env);
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
   return false;
 }

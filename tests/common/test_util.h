@@ -258,6 +258,9 @@ std::string current_test_name();
 // process, where the test goes on (its failed assertions are written to
 // stderr there, which this process shows; defined in test_name.cpp).
 bool rerun_in_fresh_process(unsigned timeout_s = 120);
+// The same, with these environment variables set in the fresh process.
+bool rerun_in_fresh_process_with(const std::vector<std::pair<std::string, std::string>>& env,
+                                 unsigned timeout_s = 120);
 
 [[noreturn]] inline void finish_fresh_process(int code) {
   std::fflush(stdout);

@@ -67,7 +67,8 @@ class PurgePolicyTest : public ::testing::Test {
   }
 
   std::atomic<unsigned> boost_{0};
-  PurgePolicy policy_{{test_in_use, &boost_}};
+  std::atomic<bool> clock_{false};
+  PurgePolicy policy_{{test_in_use, &boost_, &clock_}};
   uint64_t now_ = 1000;
   int live_counts_ = 0;
 };
@@ -158,13 +159,32 @@ TEST_F(PurgePolicyTest, NoReviewBeforeThePeriodEnds) {
 TEST_F(PurgePolicyTest, BurstBeyondTwiceTheBudget) {
   EXPECT_EQ(xalloc::burst_threshold_bytes(4 * kMiB), 20 * kMiB);  // the budget and 16 MiB more
   EXPECT_EQ(xalloc::burst_threshold_bytes(64 * kMiB), 128 * kMiB);
-  EXPECT_FALSE(PurgePolicy::is_burst(slices(128 * kMiB), 64 * kMiB, false));
-  EXPECT_TRUE(PurgePolicy::is_burst(slices(128 * kMiB) + 1, 64 * kMiB, false));
-  EXPECT_FALSE(PurgePolicy::is_burst(slices(20 * kMiB), 4 * kMiB, false));
-  EXPECT_TRUE(PurgePolicy::is_burst(slices(20 * kMiB) + 1, 4 * kMiB, false));
+  EXPECT_FALSE(policy_.is_burst(slices(128 * kMiB), 64 * kMiB, false));
+  EXPECT_TRUE(policy_.is_burst(slices(128 * kMiB) + 1, 64 * kMiB, false));
+  EXPECT_FALSE(policy_.is_burst(slices(20 * kMiB), 4 * kMiB, false));
+  EXPECT_TRUE(policy_.is_burst(slices(20 * kMiB) + 1, 4 * kMiB, false));
   // Shrinking: beyond the allowance and 4 MiB.
-  EXPECT_FALSE(PurgePolicy::is_burst(slices(68 * kMiB), 64 * kMiB, true));
-  EXPECT_TRUE(PurgePolicy::is_burst(slices(68 * kMiB) + 1, 64 * kMiB, true));
+  EXPECT_FALSE(policy_.is_burst(slices(68 * kMiB), 64 * kMiB, true));
+  EXPECT_TRUE(policy_.is_burst(slices(68 * kMiB) + 1, 64 * kMiB, true));
+}
+
+TEST_F(PurgePolicyTest, NoBurstWhileAClockRuns) {
+  clock_ = true;
+  EXPECT_FALSE(policy_.is_burst(slices(1024 * kMiB), 4 * kMiB, false));
+  EXPECT_FALSE(policy_.is_burst(slices(1024 * kMiB), 4 * kMiB, true));
+}
+
+TEST_F(PurgePolicyTest, WithAClockTheAllowanceIsEverythingFreedSinceTheRecentPeak) {
+  // A batch built and freed whole: nothing is live, yet the batch is built
+  // again, so all of it may wait for the delay; the peak's age purges it.
+  clock_ = true;
+  policy_.note_release(100 * kMiB);
+  g_in_use = 2 * kMiB;
+  size_t dirty = slices(98 * kMiB);
+  EXPECT_EQ(allowance(dirty, 0), PurgePolicy::budget_for(2 * kMiB, 0) + 98 * kMiB);
+  EXPECT_EQ(live_counts_, 0);  // no walk of the spans needed
+  for (size_t period = 0; period < 10; ++period) next_period(dirty);
+  EXPECT_EQ(allowance(dirty, 0), PurgePolicy::budget_for(2 * kMiB, 0));
 }
 
 TEST_F(PurgePolicyTest, AllowanceIncludesWhatWasFreedSinceRecentPeak) {

@@ -31,10 +31,19 @@ constexpr size_t kUnkeptLarge = (xalloc::kKeptSliceBudget + 1) * kSlice;
 // Purge tests: the purge policy keeps process-wide history (the dirty
 // budget's factor, the peak of memory in use over the last delay, the last
 // shrink decision), so each of them runs in a fresh process, where the
-// tests before it in the same program cannot decide its outcome.
+// tests before it in the same program cannot decide its outcome. Most test
+// the policy without a purger's clock (purger.h), where frees must purge
+// what no later call may come back for: a process's policy until it has
+// 64 MiB in use, and always under XALLOC_BACKGROUND_PURGE=0.
+namespace {
+
+bool rerun_without_clock() { return xtest::rerun_in_fresh_process_with({{"XALLOC_BACKGROUND_PURGE", "0"}}); }
+bool rerun_with_clock() { return xtest::rerun_in_fresh_process_with({{"XALLOC_BACKGROUND_PURGE", "auto"}}); }
+
+}  // namespace
 
 TEST(Purge, BurstOfHugeFreesGoesBackWithoutTrim) {
-  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
+  if (!rerun_without_clock()) return;  // see "Purge tests" above
   // 120 MiB of huge blocks freed at once is far beyond the resident budget
   // of a small heap: the huge cache keeps the mappings but purges them at
   // once, as the span allocator does for a burst of spans.
@@ -115,7 +124,7 @@ void free_range(std::vector<void*>& blocks, size_t from, size_t to, size_t keep_
 // densely (between two passes of its work) keeps the dropped memory for
 // the next pass - for the purge delay, not beyond.
 TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
-  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
+  if (!rerun_without_clock()) return;  // see "Purge tests" above
   std::vector<void*> blocks = small_blocks(64 * kMiB);
   ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
   size_t purged_before = stats().purged;
@@ -139,7 +148,7 @@ TEST(Purge, MemoryDroppedFromAPeakStaysForTheDelay) {
 // no allowance: its next allocations fill those slabs first, so the memory
 // of its emptied slabs goes back at once, as a burst beyond the budget.
 TEST(Purge, SparseHeapGivesEmptiedSlabsBackAtOnce) {
-  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
+  if (!rerun_without_clock()) return;  // see "Purge tests" above
   std::vector<void*> blocks = small_blocks(64 * kMiB);
   ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
   size_t purged_before = stats().purged;
@@ -155,7 +164,7 @@ TEST(Purge, SparseHeapGivesEmptiedSlabsBackAtOnce) {
 // Free memory still resident is taken before purged memory, even from a
 // longer span: the program's next allocation faults nothing in.
 TEST(Purge, ResidentFreeSpanIsTakenBeforeAShorterPurgedOne) {
-  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
+  if (!rerun_without_clock()) return;  // see "Purge tests" above
   void* dirty = xalloc_malloc(6 * kMiB);
   void* guard1 = xalloc_malloc(2 * kMiB);
   void* purged = xalloc_malloc(3 * kMiB);
@@ -178,7 +187,7 @@ TEST(Purge, ResidentFreeSpanIsTakenBeforeAShorterPurgedOne) {
 // while the others still allocate. Judged against those few takes alone,
 // each run of frees looked like a shrink, and every round was purged.
 TEST(Purge, CycleWithTakesBetweenItsFreesKeepsItsMemory) {
-  if (!xtest::rerun_in_fresh_process()) return;  // see "Purge tests" above
+  if (!rerun_without_clock()) return;  // see "Purge tests" above
   using Clock = std::chrono::steady_clock;
   constexpr size_t kBlock = kUnkeptLarge;
   constexpr int kBlocks = static_cast<int>(128 * kMiB / kBlock);
@@ -208,4 +217,37 @@ TEST(Purge, CycleWithTakesBetweenItsFreesKeepsItsMemory) {
   if (slowest_round > std::chrono::milliseconds(400)) GTEST_SKIP() << "a round took longer than the purge delay allows";
   EXPECT_LT(purged, 16 * kMiB) << "a cycle's memory purged at every round";
   std::printf("purged in the last three rounds of 128 MiB: %zu KiB\n", purged >> 10);
+}
+
+// With the clock: a batch built, freed whole and built again keeps its
+// pages (no free purges at once, nothing being live between two rounds),
+// and once the program stops taking it back the clock returns it, with no
+// call to the allocator.
+TEST(Purge, WithAClockABatchFreedWholeStaysForItsRebuildThenGoesBack) {
+  if (!rerun_with_clock()) return;  // see "Purge tests" above
+  using Clock = std::chrono::steady_clock;
+  constexpr size_t kBatch = 96 * kMiB;  // past the 64 MiB in use that start the clock
+  std::vector<void*> blocks = small_blocks(kBatch);
+  ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
+  size_t purged_before = stats().purged;
+  auto start = Clock::now();
+  for (int round = 0; round < 3; ++round) {
+    free_range(blocks, 0, blocks.size());
+    blocks = small_blocks(kBatch);
+    ASSERT_EQ(std::count(blocks.begin(), blocks.end(), nullptr), 0);
+  }
+  size_t purged_in_rounds = stats().purged - purged_before;
+  bool within_delay = Clock::now() - start < std::chrono::milliseconds(400);
+  free_range(blocks, 0, blocks.size());
+  size_t committed_freed = stats().committed;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  xalloc_stats_t idle = stats();
+  // (Rounds slower than the delay may have their memory purged between them.)
+  if (within_delay) {
+    EXPECT_LT(purged_in_rounds, 8 * kMiB) << "a batch freed whole was purged before its rebuild";
+  }
+  EXPECT_LE(idle.committed + 64 * kMiB, committed_freed)
+      << "committed " << committed_freed << " -> " << idle.committed << " after 1.2 s idle";
+  std::printf("purged while rebuilt: %zu KiB; committed %zu -> %zu KiB idle\n", purged_in_rounds >> 10,
+              committed_freed >> 10, idle.committed >> 10);
 }
