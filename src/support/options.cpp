@@ -13,7 +13,8 @@ Options g_options;
 
 namespace {
 
-enum class OptionType { kBool, kSize, kMillis, kCount, kString };
+// kTriState: 0, 1 (as a bool) or "auto" (2), kept in a uint64_t.
+enum class OptionType { kBool, kTriState, kSize, kMillis, kCount, kString };
 
 struct OptionSpec {
   const char* name;  // without the XALLOC_ prefix
@@ -38,8 +39,9 @@ const OptionSpec kSpecs[] = {
      uint64_t{1} << 20},
     {"COMMIT_ON_DEMAND", OptionType::kBool, &g_options.commit_on_demand,
      "reserve memory inaccessible and commit it as it is used (default: 1 under ulimit -d or vm.overcommit_memory=2)"},
-    {"HUGE_PAGES", OptionType::kBool, &g_options.huge_pages,
-     "back segments with transparent huge pages (0: never, even where the kernel would by default)"},
+    {"HUGE_PAGES", OptionType::kTriState, &g_options.huge_pages,
+     "transparent huge pages for segments: 0 never (even where the kernel would by default), 1 always, "
+     "auto for the densely used 2 MiB ranges of heaps over 64 MiB"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",
      uint64_t{1} << 47},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,
@@ -113,6 +115,13 @@ bool apply(const OptionSpec& spec, const char* value) {
   switch (spec.type) {
     case OptionType::kBool:
       return parse_bool(value, static_cast<bool*>(spec.target));
+    case OptionType::kTriState: {
+      bool on = false;
+      if (strcmp(value, "auto") == 0 || strcmp(value, "2") == 0) *static_cast<uint64_t*>(spec.target) = 2;
+      else if (parse_bool(value, &on)) *static_cast<uint64_t*>(spec.target) = on ? 1 : 0;
+      else return false;
+      return true;
+    }
     case OptionType::kSize:
     case OptionType::kMillis:
     case OptionType::kCount: {
@@ -174,6 +183,10 @@ void options_init() {
 
 void options_print() {
   for (const OptionSpec& spec : kSpecs) {
+    if (spec.type == OptionType::kTriState && *static_cast<uint64_t*>(spec.target) == 2) {
+      report::message("option XALLOC_%s=auto  (%s)", spec.name, spec.help);
+      continue;
+    }
     if (spec.type == OptionType::kString) {
       report::message("option XALLOC_%s=%s  (%s)", spec.name, *static_cast<const char**>(spec.target), spec.help);
       continue;

@@ -7,6 +7,9 @@
 
 namespace xalloc {
 
+// XALLOC_HUGE_PAGES: 0, 1 or auto.
+enum : uint64_t { kHugePagesNever = 0, kHugePagesAlways = 1, kHugePagesAuto = 2 };
+
 struct Options {
   // Free memory stays resident this long before it is purged (madvise), so
   // that memory about to be reused is not faulted in again.
@@ -31,11 +34,11 @@ struct Options {
   // mapped (a data size limit, or a kernel that never overcommits).
   // Default: on where either holds (os::writable_mappings_are_limited).
   bool commit_on_demand = false;
-  // Transparent huge pages for segments: off, the kernel never backs them
-  // with huge pages, even where it would by default (THP "always"), so
-  // that a 2 MiB page holds no more of the heap than the program touched;
-  // on, it backs them with huge pages wherever THP is enabled.
-  bool huge_pages = false;
+  // Transparent huge pages for segments (HugePages): never, even where the
+  // kernel would by default (THP "always"); always, wherever THP is
+  // enabled; or auto, for the 2 MiB ranges of a big heap that are densely
+  // used (backend/huge_ranges.h).
+  uint64_t huge_pages = kHugePagesAuto;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
   uint64_t huge_cache_bytes = 256ull << 20;
   // A thread buffers frees of other threads' blocks up to this many bytes
