@@ -91,6 +91,18 @@ void demote(Segment* segment, size_t first, size_t end) {
                         (high - low + 1) * kHugePageSize, false);
 }
 
+bool mostly_resident(const Segment* segment, size_t range) {
+  constexpr size_t kPages = kHugePageSize / kOsPageSize;
+  static_assert(kPages <= os::kResidencyPages);
+  uint8_t residency[kPages];
+  if (!os::page_residency(reinterpret_cast<void*>(segment->slice_address(range * kRangeSlices)), kHugePageSize,
+                          residency))
+    return false;
+  size_t resident = 0;
+  for (uint8_t page : residency) resident += page & 1;
+  return resident * kRangeSlices >= kPages * kDenseSlices;
+}
+
 void Collapses::run() {
   for (size_t i = 0; i < count; ++i) os::collapse_huge_pages(reinterpret_cast<void*>(start[i]), kHugePageSize);
   count = 0;

@@ -28,7 +28,7 @@ size_t front_density(const Page* span) {
 }
 
 // Spans of a bin weighed for their density before one is chosen.
-constexpr size_t kDensityCandidates = 8;
+constexpr size_t kDensityCandidates = 4;
 
 // Every free reads the slice map, and eight entries share a cache line:
 // the slabs of other threads sit in the slices next to a span being taken
@@ -139,6 +139,7 @@ Page* SpanAllocator::take_fitting(size_t slices) {
     if (span->slice_count < slices) continue;
     ++candidates;
     size_t score = front_density(span);
+    if (score >= huge_ranges::kDenseSlices) return span;  // none can be much denser
     if (best == nullptr || score > best_score) best = span, best_score = score;
   }
   if (best != nullptr) return best;
@@ -184,7 +185,7 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   remove_free(free_span);
   policy_.note_take(slices);
   bool judge = huge_ranges::active(stats::in_use_bytes());
-  uint32_t fresh = judge ? fresh_ranges_locked(segment, first, slices) : 0;
+  uint32_t fresh = judge && kind == PageKind::kSlab ? fresh_ranges_locked(segment, first, slices) : 0;
   // Taken from the front, so that a large block can later grow in place.
   Page* rest = nullptr;
   if (total > slices) {
@@ -355,7 +356,6 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   remove_free(after);
   policy_.note_take(extra);
   bool judge = huge_ranges::active(stats::in_use_bytes());
-  uint32_t fresh = judge ? fresh_ranges_locked(segment, end, extra) : 0;
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
@@ -365,8 +365,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   segment->used_slices += static_cast<uint32_t>(extra);
   // (A grown block's range is not collapsed: its new slices are untouched.)
   huge_ranges::Collapses ignored;
-  note_ranges_taken_locked(segment, end, extra, judge, fresh, rest > 0 ? &segment->pages[end + extra] : nullptr,
-                           ignored);
+  note_ranges_taken_locked(segment, end, extra, judge, 0, rest > 0 ? &segment->pages[end + extra] : nullptr, ignored);
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   map_slices(segment, end, extra, span);
   return true;

@@ -19,6 +19,8 @@ uint32_t SpanAllocator::fresh_ranges_locked(const Segment* segment, size_t first
 
 void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh,
                                              Page* rest, huge_ranges::Collapses& collapses) {
+  // (`fresh` is given for slabs only: a large block's pages are touched as
+  // the program pleases, a slab's one after another.)
   huge_ranges::note_taken(segment, first, count);
   if (!judge) {
     huge_swept_ = false;  // the heap is small (or auto is off): sweep again once it is big
@@ -31,6 +33,7 @@ void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, siz
     auto how = huge_ranges::promotion_for_take(huge_ranges::is_huge(segment, range), segment->range_used[range],
                                                (fresh >> range) & 1);
     if (how == huge_ranges::Promotion::kNone) continue;
+    if (how == huge_ranges::Promotion::kCollapse && !huge_ranges::mostly_resident(segment, range)) continue;
     promote_locked(segment, range, how, collapses);
     opened |= how == huge_ranges::Promotion::kBeforeTouch;
   }
@@ -55,6 +58,7 @@ void SpanAllocator::sweep_dense_ranges_locked(huge_ranges::Collapses& collapses)
     for (size_t range = 0; range < kRangesPerSegment; ++range) {
       if (huge_ranges::is_huge(segment, range) || segment->range_used[range] < huge_ranges::kDenseSlices) continue;
       if (collapses.full()) return;  // the next take goes on
+      if (!huge_ranges::mostly_resident(segment, range)) continue;
       promote_locked(segment, range, huge_ranges::Promotion::kCollapse, collapses);
     }
   }

@@ -84,9 +84,9 @@ xalloc::Page* take(xalloc::SpanAllocator& spans, size_t slices) {
   return span;
 }
 
-// Two holes of one slice: the most recently freed in a range a little
-// over half in use, the other in a range full but for it. The take fills
-// the full range's hole, so the sparser range can empty and go back whole.
+// Holes of one slice: the most recently freed two in a range less than
+// half in use, the other in a range full but for it. The take fills the
+// full range's hole, so the sparser range can empty and go back whole.
 TEST(HugeRanges, PlacementFillsTheDensestRangeFirst) {
   static xalloc::SpanAllocator spans;
   std::vector<xalloc::Page*> slices;
@@ -97,13 +97,14 @@ TEST(HugeRanges, PlacementFillsTheDensestRangeFirst) {
   ASSERT_EQ(slices[0], at(3));
   ASSERT_EQ(slices.back(), at(95));
   spans.release(at(40));  // range 1: 31 of 32 in use
-  for (size_t i : {66, 70, 74, 78}) spans.release(at(i));  // range 2: 28, freed later
+  for (size_t i = 64; i < 80; ++i) spans.release(at(i));  // range 2: 16 slices, one span of another bin
+  for (size_t i : {82, 86}) spans.release(at(i));          // and two holes, freed later: 14 in use
   EXPECT_EQ(segment->range_used[1], 31);
-  EXPECT_EQ(segment->range_used[2], 28);
+  EXPECT_EQ(segment->range_used[2], 14);
   EXPECT_EQ(take(spans, 1), at(40));
   EXPECT_EQ(segment->range_used[1], 32);
   for (size_t i = 3; i < 3 * xalloc::kRangeSlices; ++i) {
-    if (i != 66 && i != 70 && i != 74 && i != 78) spans.release(at(i));
+    if ((i < 64 || i >= 80) && i != 82 && i != 86) spans.release(at(i));
   }
   spans.purge(true);
 }
