@@ -17,8 +17,9 @@
 //    taken; its first touch faults in 2 MiB at once. (Not for large
 //    blocks, whose pages the program touches as it pleases: a benchmark of
 //    blocks written in part went from 27 to 227 MB of peak RSS.)
-//  - a range that becomes dense (kDenseSlices in use) and whose pages are
-//    mostly resident (mincore) is advised and collapsed (MADV_COLLAPSE,
+//  - a range that a slab's take makes dense (kDenseSlices in use), or that
+//    is dense when the heap passes the threshold, and whose pages are
+//    mostly resident (mincore), is advised and collapsed (MADV_COLLAPSE,
 //    without the lock; where the kernel has none, the advice alone lets
 //    khugepaged do it later);
 //  - a huge range keeps its page while kKeepSlices are in use: the purge

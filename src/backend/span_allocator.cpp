@@ -184,8 +184,11 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   if (!segment_commit(segment, first, slices, first + total)) return nullptr;
   remove_free(free_span);
   policy_.note_take(slices);
-  bool judge = huge_ranges::active(stats::in_use_bytes());
-  uint32_t fresh = judge && kind == PageKind::kSlab ? fresh_ranges_locked(segment, first, slices) : 0;
+  // Only slabs promote ranges: a large block's pages are touched as the
+  // program pleases (often in part), and large blocks come and go in
+  // bursts (realloc growth: collapses there cost 20% more page faults).
+  bool judge = kind == PageKind::kSlab && huge_ranges::active(stats::in_use_bytes());
+  uint32_t fresh = judge ? fresh_ranges_locked(segment, first, slices) : 0;
   // Taken from the front, so that a large block can later grow in place.
   Page* rest = nullptr;
   if (total > slices) {
@@ -355,7 +358,6 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   if (!segment_commit(segment, end, extra, end + after->slice_count)) return false;
   remove_free(after);
   policy_.note_take(extra);
-  bool judge = huge_ranges::active(stats::in_use_bytes());
   size_t rest = after->slice_count - extra;
   uint64_t freed_at = after->freed_at;
   if (rest > 0) insert_free(segment, end + extra, rest, freed_at, Map::kRest);  // its entries may point to `after`
@@ -363,9 +365,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   note_reuse_locked(segment, end, extra, clean);
   dirty_free_slices_ -= extra - clean;
   segment->used_slices += static_cast<uint32_t>(extra);
-  // (A grown block's range is not collapsed: its new slices are untouched.)
-  huge_ranges::Collapses ignored;
-  note_ranges_taken_locked(segment, end, extra, judge, 0, rest > 0 ? &segment->pages[end + extra] : nullptr, ignored);
+  huge_ranges::note_taken(segment, end, extra);  // (a large block: promotes nothing, allocate_locked)
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   map_slices(segment, end, extra, span);
   return true;

@@ -130,9 +130,9 @@ class alignas(64) SpanAllocator {
   // XALLOC_HUGE_PAGES=auto (huge_ranges.h). Before a take of [first,
   // first+count): the ranges it overlaps that are wholly free and clean.
   uint32_t fresh_ranges_locked(const Segment* segment, size_t first, size_t count) const;
-  // After it (`judge`: huge_ranges::active; `rest`: the free span left
-  // after the take, or null): counts the slices in use and promotes the
-  // ranges the take made dense or opened.
+  // After it (`judge`: a slab, and huge_ranges::active; `rest`: the free
+  // span left after the take, or null): counts the slices in use and
+  // promotes the ranges the take made dense or opened.
   void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh, Page* rest,
                                 huge_ranges::Collapses& collapses);
   void promote_locked(Segment* segment, size_t range, huge_ranges::Promotion how, huge_ranges::Collapses& collapses);

@@ -19,11 +19,11 @@ uint32_t SpanAllocator::fresh_ranges_locked(const Segment* segment, size_t first
 
 void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh,
                                              Page* rest, huge_ranges::Collapses& collapses) {
-  // (`fresh` is given for slabs only: a large block's pages are touched as
-  // the program pleases, a slab's one after another.)
   huge_ranges::note_taken(segment, first, count);
   if (!judge) {
-    huge_swept_ = false;  // the heap is small (or auto is off): sweep again once it is big
+    // The heap is small (or auto is off, or a large block was taken):
+    // sweep again once a slab is taken from a big heap.
+    huge_swept_ = false;
     return;
   }
   if (!huge_swept_) sweep_dense_ranges_locked(collapses);
