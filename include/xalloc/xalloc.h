@@ -82,6 +82,13 @@ typedef struct xalloc_stats_s {
   size_t threads;       /* thread heaps ever created (reused ones count once) */
   size_t remote_frees;  /* blocks freed by a thread that does not own them */
   size_t pooled;        /* empty slabs kept for any thread's reuse (at most 4 MiB) */
+  /* Transparent huge pages (XALLOC_HUGE_PAGES). The first two come from
+   * /proc/self/smaps, read at each call (milliseconds for a big process):
+   * 0 where it cannot be read. */
+  size_t resident;        /* xalloc's memory resident now */
+  size_t on_huge_pages;   /* of which on huge pages (AnonHugePages) */
+  size_t faults_avoided;  /* 4 KiB page faults avoided by 2 MiB ranges advised before their first
+                             touch (511 each, where the kernel allows huge pages) */
 } xalloc_stats_t;
 
 XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;

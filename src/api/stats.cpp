@@ -2,6 +2,7 @@
 // report at exit (XALLOC_STATS=1).
 #include "xalloc/xalloc.h"
 
+#include "backend/segment.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 #include "diag/heap_profiler.h"
@@ -63,6 +64,12 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   xalloc::for_each_heap([&](xalloc::Heap* h) { remote += h->remote_frees_sent.load(std::memory_order_relaxed); });
   out->remote_frees = remote;
   out->pooled = xalloc::slab_pool::bytes();
+  xalloc::os::HugePageCoverage coverage;
+  xalloc::os::huge_page_coverage(
+      [](uintptr_t start) { return xalloc::segment_map_entry(start) != xalloc::kMapUnused; }, &coverage);
+  out->resident = coverage.resident;
+  out->on_huge_pages = coverage.on_huge_pages;
+  out->faults_avoided = g_global.faults_avoided.load(std::memory_order_relaxed);
 }
 
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
@@ -107,6 +114,10 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   report::message("stats: dirty budget %u KiB (x%u: purged memory is %s)", dirty_budget_bytes() >> 10,
                   1u << dirty_budget_boost(), dirty_budget_boost() != 0 ? "being taken back soon" : "not reused soon");
   report::message("stats: %u segments, %u thread heaps, %u remote frees", s.segments, s.threads, s.remote_frees);
+  report::message("stats: resident in xalloc's mappings %u KiB, %u KiB of it (%u%%) on huge pages; "
+                  "%u page faults avoided (XALLOC_HUGE_PAGES=%s)",
+                  s.resident >> 10, s.on_huge_pages >> 10, s.resident != 0 ? s.on_huge_pages * 100 / s.resident : 0,
+                  s.faults_avoided, switch_name(g_options.huge_pages));
 }
 
 namespace xalloc {

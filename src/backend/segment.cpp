@@ -81,14 +81,16 @@ Segment* segment_create() {
   }
   // With THP "always" the kernel would back every 2 MiB the program
   // touches with a huge page, and khugepaged would fill purged holes in
-  // again (options.h).
-  os::advise_huge_pages(memory, kSegmentSize, g_options.huge_pages);
+  // again (options.h); with "auto" the dense ranges are advised one by one
+  // (huge_ranges.h).
+  os::advise_huge_pages(memory, kSegmentSize, g_options.huge_pages == Switch::kOn);
   auto* segment = segment_at(reinterpret_cast<uintptr_t>(memory));
   segment_protect_header(reinterpret_cast<uintptr_t>(memory));
   // The mapping is fresh, so every field not set here is already zero.
   segment->kind = SegmentKind::kNormal;
   segment->mapping_size = kSegmentSize;
   segment->used_slices = kHeaderSlices;
+  segment->range_used[0] = kHeaderSlices;
   segment->dirty[0] = (uint64_t{1} << kHeaderSlices) - 1;  // the header's slices
   segment->committed[0] = segment->dirty[0];
   stats::add(stats::g_global.committed, kHeaderBytes);
@@ -129,7 +131,7 @@ void release_pages(uintptr_t start, size_t bytes) {
   auto* pages = reinterpret_cast<void*>(start);
   if (!g_options.commit_on_demand) return os::purge(pages, bytes);
   os::decommit(pages, bytes);
-  os::advise_huge_pages(pages, bytes, g_options.huge_pages);  // the new mapping has the kernel's default
+  os::advise_huge_pages(pages, bytes, g_options.huge_pages == Switch::kOn);  // the new mapping has the kernel's default
 }
 
 namespace {

@@ -22,6 +22,13 @@
 
 namespace xalloc {
 
+// A segment's 2 MiB ranges: the kernel's huge pages (x86-64).
+constexpr size_t kHugePageShift = 21;
+constexpr size_t kHugePageSize = size_t{1} << kHugePageShift;
+constexpr size_t kRangeSlices = kHugePageSize / kSliceSize;  // 32
+constexpr size_t kRangesPerSegment = kSlicesPerSegment / kRangeSlices;  // 16
+static_assert(kRangesPerSegment <= 16 && kRangeSlices <= 255, "range bookkeeping fits its fields");
+
 enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
 
 // Where the header starts in its segment: at the beginning, or in secure
@@ -55,6 +62,10 @@ struct Segment {
   // (A cached huge block: the period its mapping was purged for the budget
   // in, 0 if it was not: frontend/huge_cache.cpp.)
   uint32_t budget_purge_epoch;
+  // XALLOC_HUGE_PAGES=auto (huge_ranges.h): slices in use in each 2 MiB
+  // range (the header's count), and the ranges advised MADV_HUGEPAGE.
+  uint8_t range_used[kRangesPerSegment];
+  uint16_t huge_ranges;
   Page* page_of_slice[kSlicesPerSegment];
   // 256 bytes each, on a 256-byte boundary (page.h): a descriptor's two
   // lines are one of the aligned pairs that the processors' adjacent-line

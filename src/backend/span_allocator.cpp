@@ -19,6 +19,17 @@ inline Segment* segment_of_page(const Page* page) { return segment_of(reinterpre
 
 void purge_pages(const Page* span) { release_pages(span->start, span->span_bytes()); }
 
+// Slices in use in the 2 MiB range that a free span's first slice lies in:
+// taking from the densest range leaves sparse ranges to empty and go back
+// whole, and fills a range for a huge page (huge_ranges.h).
+size_t front_density(const Page* span) {
+  const Segment* segment = segment_of_page(span);
+  return segment->range_used[huge_ranges::range_of(segment->slice_index(span))];
+}
+
+// Spans of a bin weighed for their density before one is chosen.
+constexpr size_t kDensityCandidates = 4;
+
 // Every free reads the slice map, and eight entries share a cache line:
 // the slabs of other threads sit in the slices next to a span being taken
 // or given back. An entry is written only when it changes - a span freed
@@ -119,23 +130,33 @@ void SpanAllocator::remove_free(Page* span) {
 
 Page* SpanAllocator::take_fitting(size_t slices) {
   size_t bin = bin_of(slices);
-  // The span's own bin may hold shorter spans: first fit within it.
-  for (Page* span = bins_[bin]; span != nullptr; span = span->next) {
-    if (span->slice_count >= slices) return span;
+  // The span's own bin may hold shorter spans: of the first few that fit,
+  // the one in the densest range.
+  Page* best = nullptr;
+  size_t best_score = 0;
+  size_t candidates = 0;
+  for (Page* span = bins_[bin]; span != nullptr && candidates < kDensityCandidates; span = span->next) {
+    if (span->slice_count < slices) continue;
+    ++candidates;
+    size_t score = front_density(span);
+    if (score >= huge_ranges::kDenseSlices) return span;  // none can be much denser
+    if (best == nullptr || score > best_score) best = span, best_score = score;
   }
+  if (best != nullptr) return best;
   uint32_t higher = nonempty_bins_ & ~((2u << bin) - 1);
-  if (higher == 0) return nullptr;
-  // From the larger bins, the shortest span unless a longer one's front is
-  // still resident: taking that faults nothing in, and free memory held
-  // for reuse (PurgePolicy::dirty_allowance_bytes) is reused before fresh
-  // memory is touched. (Only each bin's head is looked at: the most recently
-  // freed of its spans.)
+  // From the larger bins, a span whose front is still resident first:
+  // taking that faults nothing in, and free memory held for reuse
+  // (PurgePolicy::dirty_allowance_bytes) is reused before fresh memory is
+  // touched; then the densest range; then the shortest span. (Only each
+  // bin's head is looked at: the most recently freed of its spans.)
   for (uint32_t rest = higher; rest != 0; rest &= rest - 1) {
     Page* head = bins_[std::countr_zero(rest)];
     Segment* segment = segment_of_page(head);
-    if (segment_dirty_count(segment, segment->slice_index(head), slices) == slices) return head;
+    bool resident = segment_dirty_count(segment, segment->slice_index(head), slices) == slices;
+    size_t score = (resident ? kRangeSlices + 1 : 0) + front_density(head);
+    if (best == nullptr || score > best_score) best = head, best_score = score;
   }
-  return bins_[std::countr_zero(higher)];
+  return best;
 }
 
 Segment* SpanAllocator::add_segment_locked(Segment* segment) {
@@ -153,7 +174,8 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   return segment;
 }
 
-Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero) {
+Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero,
+                                     huge_ranges::Collapses& collapses) {
   Page* free_span = take_fitting(slices);
   if (free_span == nullptr) return nullptr;
   Segment* segment = segment_of_page(free_span);
@@ -162,14 +184,24 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   if (!segment_commit(segment, first, slices, first + total)) return nullptr;
   remove_free(free_span);
   policy_.note_take(slices);
+  // Only slabs promote ranges: a large block's pages are touched as the
+  // program pleases (often in part), and large blocks come and go in
+  // bursts (realloc growth: collapses there cost 20% more page faults).
+  bool judge = kind == PageKind::kSlab && huge_ranges::active(stats::in_use_bytes());
+  uint32_t fresh = judge ? fresh_ranges_locked(segment, first, slices) : 0;
   // Taken from the front, so that a large block can later grow in place.
-  if (total > slices) insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
+  Page* rest = nullptr;
+  if (total > slices) {
+    insert_free(segment, first + slices, total - slices, free_span->freed_at, Map::kRest);
+    rest = &segment->pages[first + slices];
+  }
 
   *is_zero = segment_range_is_clean(segment, first, slices);
   size_t clean = segment_mark_dirty(segment, first, slices);
   note_reuse_locked(segment, first, slices, clean);
   dirty_free_slices_ -= slices - clean;
   segment->used_slices += static_cast<uint32_t>(slices);
+  note_ranges_taken_locked(segment, first, slices, judge, fresh, rest, collapses);
 
   Page* span = &segment->pages[first];
   init_used_span(segment, span, first, slices, kind);
@@ -177,23 +209,32 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
 }
 
 Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
+  // Collapsing a range copies 2 MiB: never under the lock.
+  huge_ranges::Collapses collapses;
+  Page* span = allocate_or_map(slices, kind, is_zero, collapses);
+  collapses.run();
+  return span;
+}
+
+Page* SpanAllocator::allocate_or_map(size_t slices, PageKind kind, bool* is_zero,
+                                     huge_ranges::Collapses& collapses) {
   {
     LockGuard guard(lock_);
-    Page* span = allocate_locked(slices, kind, is_zero);
+    Page* span = allocate_locked(slices, kind, is_zero, collapses);
     if (span != nullptr) return span;
   }
   // Map outside the lock: the system call can take a while.
   Segment* segment = segment_create();
   if (segment == nullptr && g_hooks.release_cached_memory != nullptr && g_hooks.release_cached_memory()) {
     LockGuard guard(lock_);
-    Page* span = allocate_locked(slices, kind, is_zero);  // released memory may fit
+    Page* span = allocate_locked(slices, kind, is_zero, collapses);  // released memory may fit
     if (span != nullptr) return span;
   }
   if (segment == nullptr) segment = segment_create();
   if (segment == nullptr) return nullptr;
   LockGuard guard(lock_);
   add_segment_locked(segment);
-  return allocate_locked(slices, kind, is_zero);
+  return allocate_locked(slices, kind, is_zero, collapses);
 }
 
 void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
@@ -201,6 +242,7 @@ void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {
   size_t first = segment->slice_index(span);
   size_t count = span->slice_count;
   segment->used_slices -= static_cast<uint32_t>(count);
+  huge_ranges::note_released(segment, first, count);
   dirty_free_slices_ += count;  // a span in use is dirty throughout
   policy_.note_dirty_free(dirty_free_slices_);
   mark_absorbed(span);  // its slices still map to it
@@ -323,6 +365,7 @@ bool SpanAllocator::try_grow(Page* span, size_t slices) {
   note_reuse_locked(segment, end, extra, clean);
   dirty_free_slices_ -= extra - clean;
   segment->used_slices += static_cast<uint32_t>(extra);
+  huge_ranges::note_taken(segment, end, extra);  // (a large block: promotes nothing, allocate_locked)
   span->slice_count = static_cast<uint16_t>(slices) & 0xfff;
   map_slices(segment, end, extra, span);
   return true;
@@ -359,11 +402,15 @@ Page* SpanAllocator::trim_front(Page* span, size_t slices) {
   return rest;
 }
 
-size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget) {
+size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget, bool keep_huge) {
   Segment* segment = segment_of_page(span);
-  size_t purged =
-      segment_mark_purged(segment, segment->slice_index(span), span->slice_count, for_budget ? policy_.epoch() : 0);
+  size_t first = segment->slice_index(span);
+  size_t end = first + span->slice_count;
+  if (keep_huge) huge_ranges::trim_kept(segment, &first, &end);
+  if (first >= end) return 0;
+  size_t purged = segment_mark_purged(segment, first, end - first, for_budget ? policy_.epoch() : 0);
   if (purged == 0) return 0;
+  huge_ranges::demote(segment, first, end);
   dirty_free_slices_ -= purged >> kSliceShift;
   if (for_budget) policy_.note_budget_purge(purged >> kSliceShift);
   remove_free(span);
@@ -371,6 +418,8 @@ size_t SpanAllocator::detach_for_purge_locked(Page* span, PurgeBatch& batch, boo
   span->next = purging_;
   if (purging_ != nullptr) purging_->prev = span;
   purging_ = span;
+  batch.first[batch.count] = static_cast<uint16_t>(first);
+  batch.slices[batch.count] = static_cast<uint16_t>(end - first);
   batch.spans[batch.count++] = span;
   batch.bytes += purged;
   return purged;
@@ -390,7 +439,10 @@ size_t SpanAllocator::finish_purge(PurgeBatch& batch, size_t keep_segments) {
   if (batch.count == 0) return 0;
   // Nobody else touches the spans meanwhile: they are in no bin, and their
   // kind keeps their neighbours from merging with them.
-  for (size_t i = 0; i < batch.count; ++i) purge_pages(batch.spans[i]);
+  for (size_t i = 0; i < batch.count; ++i) {
+    const Segment* segment = segment_of_page(batch.spans[i]);
+    release_pages(segment->slice_address(batch.first[i]), size_t{batch.slices[i]} << kSliceShift);
+  }
   LockGuard guard(lock_);
   for (size_t i = 0; i < batch.count; ++i) reinsert_purged_locked(batch.spans[i]);
   XALLOC_DEBUG_ONLY(check_invariants());
@@ -446,7 +498,7 @@ size_t SpanAllocator::purge_locked(bool force, uint64_t now_ms, PurgeBatch& batc
   for (size_t b = 0; b < kBins && dirty_free_slices_ != 0 && !batch.full(); ++b) {
     for (Page* span = bins_[b]; span != nullptr && !batch.full();) {
       Page* next_span = span->next;  // (before span leaves the bin)
-      if (force || now_ms >= span->freed_at + delay) detach_for_purge_locked(span, batch);
+      if (force || now_ms >= span->freed_at + delay) detach_for_purge_locked(span, batch, false, !force);
       span = next_span;
     }
   }
@@ -504,54 +556,6 @@ void SpanAllocator::maybe_purge(uint64_t now_ms) {
   purge_locked(false, now_ms, batch);
   lock_.unlock();
   finish_purge(batch, g_options.retain_segments);
-}
-
-void SpanAllocator::check_invariants() {
-  for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
-    XALLOC_CHECK(segment->kind == SegmentKind::kNormal);
-    XALLOC_CHECK(segment_map_entry(segment->base()) == kMapSegmentHead);
-    [[maybe_unused]] size_t used = kHeaderSlices;
-    size_t i = kHeaderSlices;
-    while (i < kSlicesPerSegment) {
-      Page* span = segment->page_of_slice[i];
-      XALLOC_CHECK(span == &segment->pages[i]);
-      XALLOC_CHECK(span->slice_count >= 1 && i + span->slice_count <= kSlicesPerSegment);
-      XALLOC_CHECK(segment->page_of_slice[i + span->slice_count - 1] == span);
-      bool free = is_free_kind(span->kind());
-      for (size_t j = i; j < i + span->slice_count; ++j) {
-        [[maybe_unused]] Page* entry = segment->page_of_slice[j];
-        if (!free) {
-          XALLOC_CHECK(entry == span);
-        } else {
-          // The slice map's invariant (span_allocator.h); a span being
-          // purged keeps the entries it had in the bins.
-          XALLOC_CHECK(entry >= span);
-          XALLOC_CHECK(entry <= &segment->pages[j]);
-          XALLOC_CHECK(entry == span || entry->kind() == PageKind::kFree);
-          if (j > i && j + 1 < i + span->slice_count) XALLOC_CHECK(entry >= segment->page_of_slice[j - 1]);
-        }
-      }
-      if (!free) used += span->slice_count;
-      // Free neighbours are merged (but for spans being purged, which merge
-      // when they come back).
-      if (span->kind() == PageKind::kFree && i + span->slice_count < kSlicesPerSegment)
-        XALLOC_CHECK(segment->page_of_slice[i + span->slice_count]->kind() != PageKind::kFree);
-      i += span->slice_count;
-    }
-    XALLOC_CHECK(used == segment->used_slices);
-  }
-  for (size_t b = 0; b < kBins; ++b) {
-    XALLOC_CHECK((bins_[b] != nullptr) == (((nonempty_bins_ >> b) & 1) != 0));
-    for (Page* span = bins_[b]; span != nullptr; span = span->next) {
-      XALLOC_CHECK(span->kind() == PageKind::kFree);
-      XALLOC_CHECK(bin_of(span->slice_count) == b);
-      if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
-    }
-  }
-  for (Page* span = purging_; span != nullptr; span = span->next) {
-    XALLOC_CHECK(span->kind() == PageKind::kPurging);
-    if (span->next != nullptr) XALLOC_CHECK(span->next->prev == span);
-  }
 }
 
 }  // namespace xalloc

@@ -45,6 +45,7 @@
 
 #include "meta/page.h"
 #include "platform/lock.h"
+#include "backend/huge_ranges.h"
 #include "backend/purge_policy.h"
 #include "backend/segment.h"
 
@@ -112,13 +113,32 @@ class alignas(64) SpanAllocator {
   struct PurgeBatch {
     static constexpr size_t kMaxSpans = 64;
     Page* spans[kMaxSpans];
+    // The slices of each span to purge: all of it, or less its ends in
+    // huge ranges that keep their page (huge_ranges.h).
+    uint16_t first[kMaxSpans];
+    uint16_t slices[kMaxSpans];
     size_t count = 0;
     size_t bytes = 0;  // of them that were dirty
     bool full() const { return count == kMaxSpans; }
   };
 
-  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero);
+  // `collapses`: ranges the take made dense, to collapse after the lock.
+  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero, huge_ranges::Collapses& collapses);
+  // allocate(): from the free spans, or a new segment.
+  Page* allocate_or_map(size_t slices, PageKind kind, bool* is_zero, huge_ranges::Collapses& collapses);
   Page* take_fitting(size_t slices);
+  // XALLOC_HUGE_PAGES=auto (huge_ranges.h). Before a take of [first,
+  // first+count): the ranges it overlaps that are wholly free and clean.
+  uint32_t fresh_ranges_locked(const Segment* segment, size_t first, size_t count) const;
+  // After it (`judge`: a slab, and huge_ranges::active; `rest`: the free
+  // span left after the take, or null): counts the slices in use and
+  // promotes the ranges the take made dense or opened.
+  void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh, Page* rest,
+                                huge_ranges::Collapses& collapses);
+  void promote_locked(Segment* segment, size_t range, huge_ranges::Promotion how, huge_ranges::Collapses& collapses);
+  // Promotes the dense ranges of every segment (the heap just grew past
+  // the threshold, with ranges made dense before it did).
+  void sweep_dense_ranges_locked(huge_ranges::Collapses& collapses);
   // Which entries of a new free span's slices to set (the slice map above):
   // its ends, or its ends and the entries that point before it.
   enum class Map { kEnds, kRest };
@@ -142,8 +162,9 @@ class alignas(64) SpanAllocator {
   // Takes `span`, a free span, out of the bins into `batch` (which has
   // room), marked clean, unless it is clean already; returns the bytes
   // that were dirty. `for_budget`: purged only to keep within the dirty
-  // budget, not because its delay passed.
-  size_t detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget = false);
+  // budget, not because its delay passed. `keep_huge`: its ends in huge
+  // ranges that keep their page stay resident (huge_ranges.h).
+  size_t detach_for_purge_locked(Page* span, PurgeBatch& batch, bool for_budget = false, bool keep_huge = false);
   // Without the lock: purges the batch's spans, then returns them to the
   // bins and unmaps empty segments beyond `keep_segments`. Returns the
   // bytes given back.
@@ -184,6 +205,7 @@ class alignas(64) SpanAllocator {
   Segment* segments_ = nullptr;
   size_t free_segments_ = 0;       // segments whose payload is one free span
   size_t dirty_free_slices_ = 0;   // free slices that may still be resident
+  bool huge_swept_ = false;        // sweep_dense_ranges_locked done since the heap was last small
   PurgePolicy policy_;  // guarded by lock_
   // Read by every thread's periodic work (maybe_purge), written once per
   // purge: last, on a line of its own, away from the fields that every

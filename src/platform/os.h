@@ -49,6 +49,23 @@ PageRange remap_read_only_zeros(void* addr, size_t size);
 // Transparent huge pages for [addr, addr + size): asks for them (`use`)
 // or keeps the kernel from using them, whatever its default.
 void advise_huge_pages(void* addr, size_t size, bool use);
+// Backs [addr, addr + size) (2 MiB aligned) with huge pages now, copying
+// what is resident (MADV_COLLAPSE, Linux 6.1). False when it did not:
+// the kernel cannot at the moment (no free huge page), or has no such
+// call, in which case later calls return false at once.
+bool collapse_huge_pages(void* addr, size_t size);
+// Whether the kernel may back this process's memory with transparent huge
+// pages at all: THP not "never" (/sys/kernel/mm/transparent_hugepage), and
+// not disabled for the process (prctl PR_SET_THP_DISABLE).
+bool transparent_huge_pages_usable();
+// Sums, over the mappings of /proc/self/smaps whose start `owned` accepts,
+// the resident bytes and those on huge pages (AnonHugePages). False when
+// the file cannot be read. Slow (reads every mapping): statistics only.
+struct HugePageCoverage {
+  uint64_t resident = 0;
+  uint64_t on_huge_pages = 0;
+};
+bool huge_page_coverage(bool (*owned)(uintptr_t start), HugePageCoverage* out);
 
 // Fills `residency` with one byte per page of [addr, addr + size) (page
 // aligned, at most kResidencyPages pages), bit 0 set where the page is

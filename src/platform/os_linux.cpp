@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -148,6 +149,30 @@ void purge(void* addr, size_t size) {
 void advise_huge_pages(void* addr, size_t size, bool use) {
   raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size),
               use ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
+bool collapse_huge_pages(void* addr, size_t size) {
+  constexpr long kMadvCollapse = 25;  // Linux 6.1
+  // Set once the kernel has shown that it has no MADV_COLLAPSE (or never
+  // allows it here): later calls cost nothing.
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return false;
+  long ret = raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), kMadvCollapse);
+  if (ret == -EINVAL || ret == -ENOSYS) unsupported.store(true, std::memory_order_relaxed);
+  return ret == 0;  // -EAGAIN, -ENOMEM: no huge page free now
+}
+
+bool transparent_huge_pages_usable() {
+  if (raw_syscall(SYS_prctl, PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0) return false;
+  int fd = open_read("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (fd < 0) return false;
+  char buf[128];
+  long n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "always [madvise] never": the bracketed word is the setting.
+  return strstr(buf, "[never]") == nullptr;
 }
 
 bool page_residency(const void* addr, size_t size, uint8_t* residency) {

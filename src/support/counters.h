@@ -23,7 +23,10 @@ struct Global {
   std::atomic<size_t> large_in_use{0};
   std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps
   std::atomic<size_t> heaps{0};          // thread heaps created
-  std::atomic<size_t> peak_in_use{0};    // slab and large bytes at their most (slab granularity)
+  std::atomic<size_t> peak_in_use{0};
+  // 4 KiB page faults avoided by ranges advised onto huge pages before
+  // their first touch (backend/huge_ranges.h), where the kernel allows.
+  std::atomic<size_t> faults_avoided{0};    // slab and large bytes at their most (slab granularity)
   std::atomic<size_t> slabs[64] = {};    // per class, now and at most
   std::atomic<size_t> peak_slabs[64] = {};
 };

@@ -38,8 +38,9 @@ const OptionSpec kSpecs[] = {
      uint64_t{1} << 20},
     {"COMMIT_ON_DEMAND", OptionType::kBool, &g_options.commit_on_demand,
      "reserve memory inaccessible and commit it as it is used (default: 1 under ulimit -d or vm.overcommit_memory=2)"},
-    {"HUGE_PAGES", OptionType::kBool, &g_options.huge_pages,
-     "back segments with transparent huge pages (0: never, even where the kernel would by default)"},
+    {"HUGE_PAGES", OptionType::kSwitch, &g_options.huge_pages,
+     "transparent huge pages for segments: 0 never (even where the kernel would by default), 1 always, "
+     "auto for the densely used 2 MiB ranges of heaps over 64 MiB"},
     {"HUGE_CACHE", OptionType::kSize, &g_options.huge_cache_bytes, "bytes of freed huge blocks kept for reuse",
      uint64_t{1} << 47},
     {"REMOTE_BATCH", OptionType::kSize, &g_options.remote_batch_bytes,
@@ -186,6 +187,11 @@ void options_init() {
   if (g_options.verbose) options_print();
 }
 
+const char* switch_name(Switch value) {
+  static constexpr const char* kWords[] = {"0", "1", "auto"};
+  return kWords[static_cast<unsigned>(value)];
+}
+
 void options_print() {
   for (const OptionSpec& spec : kSpecs) {
     if (spec.type == OptionType::kString) {
@@ -193,9 +199,7 @@ void options_print() {
       continue;
     }
     if (spec.type == OptionType::kSwitch) {
-      static constexpr const char* kWords[] = {"0", "1", "auto"};
-      report::message("option XALLOC_%s=%s  (%s)", spec.name, kWords[static_cast<unsigned>(*static_cast<Switch*>(spec.target))],
-                      spec.help);
+      report::message("option XALLOC_%s=%s  (%s)", spec.name, switch_name(*static_cast<Switch*>(spec.target)), spec.help);
       continue;
     }
     uint64_t value = spec.type == OptionType::kBool ? (*static_cast<bool*>(spec.target) ? 1 : 0)

@@ -9,6 +9,8 @@ namespace xalloc {
 
 // An option that may also be left to xalloc: "auto".
 enum class Switch : uint8_t { kOff, kOn, kAuto };
+// "0", "1" or "auto", as the environment spells it.
+const char* switch_name(Switch value);
 
 struct Options {
   // Free memory stays resident this long before it is purged (madvise), so
@@ -37,11 +39,11 @@ struct Options {
   // mapped (a data size limit, or a kernel that never overcommits).
   // Default: on where either holds (os::writable_mappings_are_limited).
   bool commit_on_demand = false;
-  // Transparent huge pages for segments: off, the kernel never backs them
-  // with huge pages, even where it would by default (THP "always"), so
-  // that a 2 MiB page holds no more of the heap than the program touched;
-  // on, it backs them with huge pages wherever THP is enabled.
-  bool huge_pages = false;
+  // Transparent huge pages for segments: off, never, even where the
+  // kernel would by default (THP "always"); always, wherever THP is
+  // enabled; or auto, for the 2 MiB ranges of a big heap that are densely
+  // used (backend/huge_ranges.h).
+  Switch huge_pages = Switch::kAuto;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
   uint64_t huge_cache_bytes = 256ull << 20;
   // A thread buffers frees of other threads' blocks up to this many bytes
