@@ -183,6 +183,7 @@ class Contender:
     package: str = ""             # Debian package, for the report
     env: tuple[tuple[str, str], ...] = ()  # extra environment of its runs
     optional: bool = False        # only when named with --alloc (xalloc variants)
+    when_built: bool = False      # in the default set only when its library exists (peers built from source)
 
 
 def contenders(build_dir: str) -> list[Contender]:
@@ -201,6 +202,15 @@ def contenders(build_dir: str) -> list[Contender]:
                   "libtbbmalloc_proxy", "libtbbmalloc2"),
         Contender("scudo", ("/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.scudo_standalone-x86_64.so",),
                   "scudo_standalone", "libclang-rt-14-dev"),
+        # Peers Debian does not package, built from source at fixed tags by
+        # bench/build_peers.sh into <build>-peers/lib: in the default set
+        # once built, left out (not "missing") otherwise.
+        Contender("mimalloc3", (f"{build}-peers/lib/libmimalloc3.so",), "libmimalloc3", "mimalloc v3.4.3, from source",
+                  when_built=True),
+        Contender("snmalloc", (f"{build}-peers/lib/libsnmalloc.so",), "libsnmalloc", "snmalloc 0.7.5, from source",
+                  when_built=True),
+        Contender("rpmalloc", (f"{build}-peers/lib/librpmalloc.so",), "librpmalloc", "rpmalloc 2.0.1, from source",
+                  when_built=True),
         # xalloc's own variants, to measure what a feature costs (--alloc names them):
         # the secure build, statistics and the heap profiler on, and a build of
         # the fast path without misuse checks (cmake -DXALLOC_MISUSE_CHECKS=OFF
@@ -231,11 +241,12 @@ def select(build_dir: str, alloc: str | None) -> list[Contender]:
     NAME=PATH for any other allocator, preloaded from PATH (a library
     built from source, say), whose file name up to ".so" must be the object
     that defines malloc in its runs. Without names, every contender that is
-    not optional. Exits with a message on an unknown name."""
+    not optional, and the peers built from source that are built. Exits
+    with a message on an unknown name."""
     known = contenders(build_dir)
     specs = [a for a in (alloc or "").split(",") if a]
     if not specs:
-        return [c for c in known if not c.optional]
+        return [c for c in known if not c.optional and (not c.when_built or resolve(c) is not None)]
     names = {s for s in specs if "=" not in s}
     unknown = names - {c.name for c in known}
     if unknown:

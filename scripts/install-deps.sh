@@ -11,7 +11,8 @@ build_pkgs=(build-essential cmake g++ libgtest-dev libgmock-dev googletest
 test_pkgs=(valgrind python3 perl sqlite3 git ruby clang llvm libclang-rt-14-dev google-perftools
            libtsan2 libasan8 libubsan1 file binutils)
 bench_pkgs=(python3 gnuplot-nox ruby time libjemalloc2 libmimalloc2.0
-            libtcmalloc-minimal4 libtbbmalloc2 libclang-rt-14-dev valgrind)
+            libtcmalloc-minimal4 libtbbmalloc2 libclang-rt-14-dev valgrind
+            git ninja-build clang)   # the last three: bench/build_peers.sh
 
 case "$what" in
   build) pkgs=("${build_pkgs[@]}") ;;
