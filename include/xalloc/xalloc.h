@@ -103,9 +103,10 @@ typedef struct xalloc_stats_s {
   size_t threads;       /* thread heaps ever created (reused ones count once) */
   size_t remote_frees;  /* blocks freed by a thread that does not own them */
   size_t pooled;        /* empty slabs kept for any thread's reuse (at most 4 MiB) */
-  /* XALLOC_STATS=1: the account (below) taken when `committed` last rose a
-   * thirty-second (and at least 256 KiB) past the one before, so within that
-   * of its peak; zero otherwise. */
+  /* XALLOC_STATS=1: the account (above) taken when the process's resident
+   * memory, looked at whenever xalloc takes a slab or a large block, last
+   * rose a thirty-second (and at least 64 KiB) past the one before, so
+   * within that of its peak; zero otherwise. */
   xalloc_account_t peak_account;
 } xalloc_stats_t;
 

@@ -2,6 +2,7 @@
 
 #include "base/config.h"
 #include "platform/lock.h"
+#include "platform/os.h"
 #include "support/hooks.h"
 
 namespace xalloc::stats {
@@ -11,7 +12,7 @@ XALLOC_STARTUP_DATA constinit Global g_global;
 namespace {
 
 struct PeakAccount {
-  std::atomic<size_t> next_at{0};   // committed bytes that call for the next account
+  std::atomic<size_t> next_at{0};   // resident bytes that call for the next account
   std::atomic<uint32_t> taking{0};  // one thread walks at a time; the others go on
   Mutex lock;                       // guards `account` against torn reads
   MemoryAccount account{};
@@ -19,7 +20,9 @@ struct PeakAccount {
 XALLOC_STARTUP_DATA constinit PeakAccount g_peak;
 
 void maybe_take_peak_account() {
-  if (g_global.committed.load(std::memory_order_relaxed) < g_peak.next_at.load(std::memory_order_relaxed)) return;
+  // Resident memory, not committed: pages of a slab are touched as it is
+  // carved, after its slices were counted (a system call: statistics only).
+  if (os::resident_bytes() < g_peak.next_at.load(std::memory_order_relaxed)) return;
   if (g_peak.taking.exchange(1, std::memory_order_acquire) != 0) return;
   MemoryAccount account{};
   g_hooks.take_account(&account);
@@ -27,8 +30,8 @@ void maybe_take_peak_account() {
     LockGuard guard(g_peak.lock);
     g_peak.account = account;
   }
-  size_t margin = account.committed / 32 > (size_t{256} << 10) ? account.committed / 32 : size_t{256} << 10;
-  g_peak.next_at.store(account.committed + margin, std::memory_order_relaxed);
+  size_t margin = account.resident / 32 > kSliceSize ? account.resident / 32 : kSliceSize;
+  g_peak.next_at.store(account.resident + margin, std::memory_order_relaxed);
   g_peak.taking.store(0, std::memory_order_release);
 }
 

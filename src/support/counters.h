@@ -55,10 +55,11 @@ struct MemoryAccount {
   bool requested_known;   // requests were counted from the start (XALLOC_STATS)
 };
 
-// XALLOC_STATS: the account taken when committed memory last rose past
-// the record of the one before by a margin (a thirty-second, at least
-// 256 KiB), so within that margin of its peak; taken on slow paths that
-// take memory (note_in_use), through g_hooks.take_account. Zero until then.
+// XALLOC_STATS: the account taken when the process's resident memory last
+// rose past that of the one before by a margin (a thirty-second, at least a
+// slice, 64 KiB), so within that margin of its peak as seen from the slow
+// paths that take memory (note_in_use), through g_hooks.take_account. Zero
+// until then.
 MemoryAccount peak_account();
 
 // Slow-path bookkeeping of the peaks.

@@ -143,7 +143,7 @@ TEST(Stats, AccountSplitsRequestedRoundingAndFreeBlocks) {
   EXPECT_GE(v["now_slab_free"], 10000 * 48) << r.out;
   EXPECT_LE(v["now_slab_free"], 10000 * 48 + kSlack) << r.out;
   EXPECT_GE(v["now_resident"], v["now_live"] + v["now_rounding"] + v["now_slab_free"] + v["now_empty"]) << r.out;
-  // Taken within a thirty-second of the peak of committed memory (and 256 KiB).
+  // Taken within a thirty-second of the peak of resident memory (and 64 KiB).
   EXPECT_EQ(v["peak_known"], 1) << r.out;
   EXPECT_GE(v["peak_live"], 10000 * 40 + 2000 * 4000 - 1.0e6) << r.out;
   EXPECT_LE(v["peak_live"], 20000 * 40 + 2000 * 4000 + kSlack) << r.out;
