@@ -88,6 +88,7 @@ typedef struct xalloc_account_s {
   size_t pending_frees;  /* blocks freed by other threads, not yet back with their owner */
   size_t metadata;       /* segment headers, the segment map, thread heaps */
   size_t requested_known; /* 1 when requests were counted from the start (XALLOC_STATS=1) */
+  size_t slab_free_current; /* of slab_free, in slabs that are their class's current slab */
 } xalloc_account_t;
 
 /* Process-wide counters (bytes unless named otherwise). Before 1.0, fields

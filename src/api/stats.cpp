@@ -40,7 +40,7 @@ ClassUsage class_usage() {
 xalloc_account_t public_account(const stats::MemoryAccount& a) {
   return {a.resident,     a.committed,    a.live,       a.rounding,   a.slab_free,
           a.empty_current, a.empty_spares, a.empty_pooled, a.free_spans, a.kept_spans,
-          a.pending_frees, a.metadata,    a.requested_known ? size_t{1} : size_t{0}};
+          a.pending_frees, a.metadata,    a.requested_known ? size_t{1} : size_t{0}, a.slab_free_current};
 }
 
 // xalloc's part of the account.
@@ -53,8 +53,10 @@ void print_account(const char* when, const stats::MemoryAccount& a) {
   size_t ours = accounted(a);
   report::message("stats: %s: resident %u KiB, of which xalloc's %u KiB (committed %u KiB) and the program's %u KiB",
                   when, a.resident >> 10, ours >> 10, a.committed >> 10, a.resident > ours ? (a.resident - ours) >> 10 : 0);
-  report::message("stats:   live %u, rounding %u%s, free in used slabs %u, empty slabs %u (current %u, spares %u, pooled %u)",
+  report::message("stats:   live %u, rounding %u%s, free in used slabs %u (current %u), empty slabs %u (current %u, "
+                  "spares %u, pooled %u)",
                   a.live >> 10, a.rounding >> 10, a.requested_known ? "" : " (requests not counted)", a.slab_free >> 10,
+                  a.slab_free_current >> 10,
                   (a.empty_current + a.empty_spares + a.empty_pooled) >> 10, a.empty_current >> 10, a.empty_spares >> 10,
                   a.empty_pooled >> 10);
   report::message("stats:   free spans %u, kept large spans %u, remote frees pending %u, metadata %u (KiB)",

@@ -46,6 +46,7 @@ void tally_slab(const Page* span, uint64_t resident, stats::MemoryAccount& a, Sp
   t.live_blocks[span->size_class] += in_use;
   t.slab_live += live;
   a.slab_free += resident - live;
+  if (span->state() == SlabState::kCurrent) a.slab_free_current += resident - live;
 }
 
 void tally_span(const Segment* segment, const Page* span, stats::MemoryAccount& a, SpanTally& t) {

@@ -45,6 +45,7 @@ struct MemoryAccount {
   // tail of large spans past their blocks.
   size_t rounding;
   size_t slab_free;       // free blocks (and touched, uncarved space) of slabs holding live blocks
+  size_t slab_free_current;  // of which in their class's current slab
   size_t empty_current;   // empty slabs that are their class's current slab
   size_t empty_spares;    // empty slabs a heap keeps as spares
   size_t empty_pooled;    // empty slabs in the slab pool
