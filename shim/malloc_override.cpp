@@ -68,7 +68,7 @@ XALLOC_EXPORT int malloc_trim(size_t pad) noexcept { return xalloc_trim(pad); }
 
 XALLOC_EXPORT struct mallinfo2 mallinfo2() noexcept {
   xalloc_stats_t s;
-  xalloc_get_stats(&s);
+  entry::get_counters(&s);
   struct mallinfo2 info;
   memset(&info, 0, sizeof(info));
   info.arena = s.committed;                // bytes obtained from the OS and resident
@@ -103,7 +103,7 @@ XALLOC_EXPORT int malloc_info(int options, FILE* stream) noexcept {
     return -1;
   }
   xalloc_stats_t s;
-  xalloc_get_stats(&s);
+  entry::get_counters(&s);
   char text[512];
   const report::Arg args[] = {s.in_use, s.committed, s.mapped, s.segments, s.purged};
   report::format(text, sizeof(text),

@@ -69,9 +69,31 @@ XALLOC_API int xalloc_trim(size_t pad) XALLOC_NOEXCEPT;
  * thread exit does, without ending the thread. */
 XALLOC_API void xalloc_thread_collect(void) XALLOC_NOEXCEPT;
 
+/* Where the process's resident memory goes (bytes): xalloc's part split by
+ * what it holds, from the pages the kernel reports resident in each span
+ * (docs/memory.md, "Where the bytes go"). What is left of `resident` is the
+ * program's own (code, stacks, other mappings). */
+typedef struct xalloc_account_s {
+  size_t resident;       /* the whole process's resident memory */
+  size_t committed;      /* xalloc's memory that may be resident (as `committed` below) */
+  size_t live;           /* live blocks: requested bytes when requested_known, else block sizes */
+  size_t rounding;       /* block sizes less requested sizes: an estimate per class from the mean
+                            request (requested_known only), and large spans' resident tails */
+  size_t slab_free;      /* free blocks in slabs that hold live blocks */
+  size_t empty_current;  /* empty slabs that are their class's current slab */
+  size_t empty_spares;   /* empty slabs threads keep as spares */
+  size_t empty_pooled;   /* empty slabs in the shared pool */
+  size_t free_spans;     /* free spans not purged yet, cached huge mappings */
+  size_t kept_spans;     /* spans of freed large blocks threads keep for reuse */
+  size_t pending_frees;  /* blocks freed by other threads, not yet back with their owner */
+  size_t metadata;       /* segment headers, the segment map, thread heaps */
+  size_t requested_known; /* 1 when requests were counted from the start (XALLOC_STATS=1) */
+  size_t slab_free_current; /* of slab_free, in slabs that are their class's current slab */
+} xalloc_account_t;
+
 /* Process-wide counters (bytes unless named otherwise). Before 1.0, fields
- * may be appended from one release to the next (0.1: `pooled`): build
- * against the header of the library you run. */
+ * may be appended from one release to the next (0.1: `pooled`, `account`,
+ * `peak_account`): build against the header of the library you run. */
 typedef struct xalloc_stats_s {
   size_t mapped;        /* address space reserved from the OS */
   size_t committed;     /* mapped and not purged: what may be resident */
@@ -89,9 +111,16 @@ typedef struct xalloc_stats_s {
   size_t on_huge_pages;   /* of which on huge pages (AnonHugePages) */
   size_t faults_avoided;  /* 4 KiB page faults avoided by 2 MiB ranges advised before their first
                              touch (511 each, where the kernel allows huge pages) */
+  /* XALLOC_STATS=1: the account (above) taken when the process's resident
+   * memory, looked at whenever xalloc takes a slab or a large block, last
+   * rose a thirty-second (and at least 64 KiB) past the one before, so
+   * within that of its peak; zero otherwise. */
+  xalloc_account_t peak_account;
 } xalloc_stats_t;
 
 XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;
+/* The account now: a walk of every span with a system call each (slow). */
+XALLOC_API void xalloc_get_account(xalloc_account_t* out) XALLOC_NOEXCEPT;
 XALLOC_API void xalloc_stats_print(void) XALLOC_NOEXCEPT;
 
 /* Heap profiler (XALLOC_PROF=1): writes <prefix>.heap (google-pprof) and

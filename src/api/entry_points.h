@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "frontend/alloc.h"
+#include "xalloc/xalloc.h"
 
 namespace xalloc::entry {
 
@@ -77,5 +78,9 @@ XALLOC_INLINE void* pvalloc(size_t size) {
   }
   return alloc_aligned(rounded == 0 ? kOsPageSize : rounded, kOsPageSize);
 }
+
+// xalloc_get_stats without the huge-page coverage, whose read of
+// /proc/self/smaps takes milliseconds in a big process (stats.cpp).
+void get_counters(xalloc_stats_t* out);
 
 }  // namespace xalloc::entry

@@ -2,11 +2,13 @@
 // report at exit (XALLOC_STATS=1).
 #include "xalloc/xalloc.h"
 
+#include "api/entry_points.h"
 #include "backend/segment.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 #include "diag/heap_profiler.h"
 #include "frontend/heap.h"
+#include "frontend/memory_account.h"
 #include "frontend/thread_registry.h"
 #include "meta/size_classes.h"
 #include "platform/os.h"
@@ -37,6 +39,32 @@ ClassUsage class_usage() {
   return usage;
 }
 
+xalloc_account_t public_account(const stats::MemoryAccount& a) {
+  return {a.resident,     a.committed,    a.live,       a.rounding,   a.slab_free,
+          a.empty_current, a.empty_spares, a.empty_pooled, a.free_spans, a.kept_spans,
+          a.pending_frees, a.metadata,    a.requested_known ? size_t{1} : size_t{0}, a.slab_free_current};
+}
+
+// xalloc's part of the account.
+size_t accounted(const stats::MemoryAccount& a) {
+  return a.live + a.rounding + a.slab_free + a.empty_current + a.empty_spares + a.empty_pooled + a.free_spans +
+         a.kept_spans + a.pending_frees + a.metadata;
+}
+
+void print_account(const char* when, const stats::MemoryAccount& a) {
+  size_t ours = accounted(a);
+  report::message("stats: %s: resident %u KiB, of which xalloc's %u KiB (committed %u KiB) and the program's %u KiB",
+                  when, a.resident >> 10, ours >> 10, a.committed >> 10, a.resident > ours ? (a.resident - ours) >> 10 : 0);
+  report::message("stats:   live %u, rounding %u%s, free in used slabs %u (current %u), empty slabs %u (current %u, "
+                  "spares %u, pooled %u)",
+                  a.live >> 10, a.rounding >> 10, a.requested_known ? "" : " (requests not counted)", a.slab_free >> 10,
+                  a.slab_free_current >> 10,
+                  (a.empty_current + a.empty_spares + a.empty_pooled) >> 10, a.empty_current >> 10, a.empty_spares >> 10,
+                  a.empty_pooled >> 10);
+  report::message("stats:   free spans %u, kept large spans %u, remote frees pending %u, metadata %u (KiB)",
+                  a.free_spans >> 10, a.kept_spans >> 10, a.pending_frees >> 10, a.metadata >> 10);
+}
+
 size_t slab_live_bytes() {
   ClassUsage usage = class_usage();
   size_t bytes = 0;
@@ -47,8 +75,10 @@ size_t slab_live_bytes() {
 }  // namespace
 }  // namespace xalloc
 
-extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
-  if (out == nullptr) return;
+// The counters alone: what mallinfo2 and malloc_info report, which some
+// programs call often, without the read of /proc/self/smaps.
+void xalloc::entry::get_counters(xalloc_stats_t* out) {
+  *out = xalloc_stats_t{};
   xalloc::ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
   out->mapped = g_global.mapped.load(std::memory_order_relaxed);
   out->committed = g_global.committed.load(std::memory_order_relaxed);
@@ -64,12 +94,26 @@ extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
   xalloc::for_each_heap([&](xalloc::Heap* h) { remote += h->remote_frees_sent.load(std::memory_order_relaxed); });
   out->remote_frees = remote;
   out->pooled = xalloc::slab_pool::bytes();
+  out->faults_avoided = g_global.faults_avoided.load(std::memory_order_relaxed);
+  out->peak_account = xalloc::public_account(xalloc::stats::peak_account());
+}
+
+extern "C" XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) noexcept {
+  if (out == nullptr) return;
+  xalloc::entry::get_counters(out);
   xalloc::os::HugePageCoverage coverage;
   xalloc::os::huge_page_coverage(
       [](uintptr_t start) { return xalloc::segment_map_entry(start) != xalloc::kMapUnused; }, &coverage);
   out->resident = coverage.resident;
   out->on_huge_pages = coverage.on_huge_pages;
-  out->faults_avoided = g_global.faults_avoided.load(std::memory_order_relaxed);
+}
+
+extern "C" XALLOC_API void xalloc_get_account(xalloc_account_t* out) noexcept {
+  if (out == nullptr) return;
+  xalloc::ensure_process_init();  // before any lock (trim() in alloc.cpp says why)
+  xalloc::stats::MemoryAccount account{};
+  xalloc::take_memory_account(&account);
+  *out = xalloc::public_account(account);
 }
 
 extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
@@ -118,6 +162,13 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
                   "%u page faults avoided (XALLOC_HUGE_PAGES=%s)",
                   s.resident >> 10, s.on_huge_pages >> 10, s.resident != 0 ? s.on_huge_pages * 100 / s.resident : 0,
                   s.faults_avoided, switch_name(g_options.huge_pages));
+  report::message("stats: where resident memory goes (KiB; rounding estimated from each class's mean request), "
+                  "peak resident %u KiB:", os::peak_resident_bytes() >> 10);
+  stats::MemoryAccount peak = stats::peak_account();
+  if (peak.resident != 0) print_account("at peak", peak);
+  stats::MemoryAccount now{};
+  take_memory_account(&now);
+  print_account("now", now);
 }
 
 namespace xalloc {

@@ -98,6 +98,22 @@ class alignas(64) SpanAllocator {
     for_each_used_span_locked(fn);
   }
 
+  // Calls on_segment(segment) for every normal segment, then on_span(span)
+  // for each of its spans, free ones too (their head's descriptor), under
+  // the lock (statistics: where resident memory goes).
+  template <typename SegmentFn, typename SpanFn>
+  void for_each_span(SegmentFn on_segment, SpanFn on_span) {
+    LockGuard guard(lock_);
+    for (Segment* segment = segments_; segment != nullptr; segment = segment->next) {
+      on_segment(static_cast<const Segment*>(segment));
+      for (size_t i = kHeaderSlices; i < kSlicesPerSegment;) {
+        const Page* span = segment->page_of_slice[i];
+        on_span(static_cast<const Segment*>(segment), span);
+        i += span->slice_count != 0 ? span->slice_count : 1;
+      }
+    }
+  }
+
   // Debug builds: validates every segment, span and bin.
   void check_invariants();
 

@@ -169,7 +169,7 @@ Heap* watched_heap(Heap* heap) {
 // block, or null to go on with the ordinary allocation.
 void* watch_allocation(Heap*& heap, unsigned cls, size_t size, size_t alignment) {
   heap = watched_heap(heap);
-  return heap != &g_empty_heap ? prof::watch(heap, cls, size, alignment) : nullptr;
+  return heap != &g_empty_heap ? prof::watch(heap, cls, size, alignment, size) : nullptr;
 }
 
 XALLOC_NOINLINE void* alloc_medium_watched(Heap* heap, unsigned cls, size_t size) {

@@ -40,7 +40,7 @@ XALLOC_INLINE void* alloc(size_t size) {
     Page* page = __atomic_load_n(&heap->direct[granule], __ATOMIC_RELAXED);
     FreeBlock* block = page->free;
     if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
-    return heap_alloc_slow(heap, kGranuleClass[granule], true);
+    return heap_alloc_slow(heap, kGranuleClass[granule], true, size);
   }
   if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   return alloc_generic(heap, size);

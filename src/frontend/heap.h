@@ -163,6 +163,7 @@ struct alignas(64) Heap {
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
   uint64_t requests[kNumClasses + 2];
+  uint64_t requested_bytes[kNumClasses + 2];  // bytes asked for, with the requests
   int64_t sample_countdown;
   // Profiling without statistics: the windows the direct table points at
   // (ProfileWindows, above); mapped with the heap, only when profiling.
@@ -228,7 +229,7 @@ static_assert(alignof(Heap) > kStagedClassMask);
 extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
-    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, sample_countdown(0), windows(nullptr),
+    : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, requested_bytes{}, sample_countdown(0), windows(nullptr),
       borrowed(nullptr), kept{}, outbox{},
 #if XALLOC_SECURE
       quarantine{},

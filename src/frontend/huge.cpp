@@ -219,6 +219,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
     reuse_mapping(segment, offset, size, opened);
   }
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
+  stats::note_in_use();
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
   if (zero && !is_zero) zero_reused(block, size);
   return block;

@@ -240,6 +240,11 @@ void huge_cache_maybe_purge(uint64_t now_ms) {
   huge_cache_purge(false, now_ms);
 }
 
+size_t huge_cache_resident_bytes() {
+  LockGuard guard(g_huge_lock);
+  return g_huge_cache_resident;
+}
+
 void huge_cache_lock_for_fork() { g_huge_lock.lock(); }
 void huge_cache_unlock_after_fork_parent() { g_huge_lock.unlock(); }
 void huge_cache_reset_after_fork_child() { g_huge_lock.reset_after_fork(); }

@@ -41,6 +41,8 @@ size_t huge_cache_purge(bool force, uint64_t now_ms);
 // huge_cache_purge(false) when the next purge is due.
 void huge_cache_maybe_purge(uint64_t now_ms);
 
+// Bytes of cached mappings not purged (statistics).
+size_t huge_cache_resident_bytes();
 void huge_cache_lock_for_fork();
 void huge_cache_unlock_after_fork_parent();
 void huge_cache_reset_after_fork_child();

@@ -13,6 +13,7 @@
 #include "frontend/huge_cache.h"
 #include "frontend/kept_spans.h"
 #include "frontend/purger.h"
+#include "frontend/memory_account.h"
 #include "frontend/thread_registry.h"
 #include "meta/secure.h"
 #include "platform/os.h"
@@ -113,6 +114,8 @@ void process_init() {
   options_init();
   // What is printed at exit must outlive a program's closing its stderr.
   if (g_options.stats || g_options.leaks || g_options.prof) report::keep_stderr();
+  // The account at peak (support/counters.h): a walk per thirty-second of growth.
+  if (g_options.stats) g_hooks.take_account = take_memory_account;
   segment_map_init();
   emergency::init(g_options.commit_on_demand);
   secure::init_secret();

@@ -35,7 +35,7 @@ void answer_drain_request(Heap* heap) {
   } while (heap->drain_requested.fetch_or(0, std::memory_order_acq_rel) != 0);
 }
 
-XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct);
+XALLOC_NOINLINE void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct, size_t requested);
 
 // A small allocation whose window is empty: it holds the class's sampled
 // byte, or it takes a block the ordinary way and opens the next window.
@@ -52,7 +52,7 @@ XALLOC_NOINLINE void* window_alloc(Heap* heap, unsigned cls) {
   } else {
     countdown -= size;
   }
-  void* block = heap_alloc_refill(heap, cls, false);
+  void* block = heap_alloc_refill(heap, cls, false, 0);
   if (block != nullptr) window_open(heap, cls);
   return block;
 }
@@ -74,7 +74,7 @@ void* heap_switch_slab(Heap* heap, unsigned cls) {
   return slab_pop(next, next->free);
 }
 
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct, size_t size) {
   if (void* block = heap_switch_slab(heap, cls)) return block;
   if (from_direct && heap->windows != nullptr) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and
@@ -84,20 +84,20 @@ void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct) {
     if (XALLOC_LIKELY(page->free != nullptr) && prof::watching()) {
       int64_t left = heap->sample_countdown - static_cast<int64_t>(kClassInfo[cls].size);
       if (XALLOC_LIKELY(left > 0)) {
-        heap->requests[cls]++;
+        prof::count(heap, cls, size);
         heap->sample_countdown = left;
         return slab_pop(page, page->free);
       }
     }
   }
-  void* block = heap_alloc_refill(heap, cls, from_direct);
+  void* block = heap_alloc_refill(heap, cls, from_direct, size);
   purger_start_if_due();
   return block;
 }
 
 namespace {
 
-void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
+void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct, size_t requested) {
   if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
     // Aligned requests come here by class too: a class's blocks are aligned
     // to the largest power of two that divides its size.
@@ -117,7 +117,7 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct) {
   if (from_direct && heap->young) cls = young_class(cls);
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
   if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
-    if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0)) return sampled;
+    if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0, requested)) return sampled;
   }
   // The class's borrowed list ran dry: serve the current slab again.
   if (borrowed_list_ran_dry(heap, cls)) heap_serve(heap, cls);

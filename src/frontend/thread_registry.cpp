@@ -34,8 +34,6 @@ __thread bool t_heap_torn_down = false;
 XALLOC_STARTUP_DATA Heap* g_late_heap = nullptr;
 
 Heap* new_heap_locked() {
-  // A heap, then its outbox's stage.
-  constexpr size_t kHeapBytes = ((sizeof(Heap) + 63) & ~size_t{63}) + kStageSlots * sizeof(StagedBlock);
   static_assert(kHeapBytes % 64 == 0 && kHeapBytes <= kHeapChunkBytes);
   if (g_heap_chunk_left < kHeapBytes) {
     void* chunk = os::map(kHeapChunkBytes);

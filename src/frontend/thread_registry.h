@@ -11,6 +11,10 @@
 
 namespace xalloc {
 
+// The memory of a heap: the heap, then its outbox's stage; heaps lie one
+// after the other in chunks mapped for them (thread_registry.cpp).
+constexpr size_t kHeapBytes = ((sizeof(Heap) + 63) & ~size_t{63}) + kStageSlots * sizeof(StagedBlock);
+
 // Runs once, on the first allocation of the process (of any size): reads
 // the options, creates the thread-exit key, registers the fork handlers
 // (process.cpp).

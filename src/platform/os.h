@@ -155,6 +155,11 @@ const void* program_headers(size_t* count);
 bool executable_path(char* buf, size_t size);
 // Bytes of the process resident in memory (/proc/self/statm); 0 if unknown.
 uint64_t resident_bytes();
+// The process's peak resident memory (VmHWM of /proc/self/status); 0 if unknown.
+uint64_t peak_resident_bytes();
+// Bytes of the pages of [start, start + bytes) resident now (mincore; start
+// page-aligned); 0 for memory that is not mapped. A system call per 2 MiB.
+uint64_t resident_bytes_in(uintptr_t start, size_t bytes);
 
 // Spins politely while another thread finishes a short step.
 inline void cpu_relax() { __builtin_ia32_pause(); }

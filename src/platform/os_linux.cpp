@@ -404,6 +404,36 @@ bool executable_path(char* buf, size_t size) {
   return true;
 }
 
+uint64_t peak_resident_bytes() {
+  int fd = open_read("/proc/self/status");
+  if (fd < 0) return 0;
+  char buf[2048];
+  long n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = strstr(buf, "VmHWM:");
+  if (p == nullptr) return 0;
+  for (p += 6; *p == ' ' || *p == '\t'; ++p) {
+  }
+  uint64_t kib = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) kib = kib * 10 + static_cast<uint64_t>(*p - '0');
+  return kib << 10;
+}
+
+uint64_t resident_bytes_in(uintptr_t start, size_t bytes) {
+  constexpr size_t kChunkPages = 512;
+  unsigned char vec[kChunkPages];
+  size_t pages = (bytes + kOsPageSize - 1) / kOsPageSize;
+  uint64_t resident = 0;
+  for (size_t done = 0; done < pages; done += kChunkPages) {
+    size_t count = pages - done < kChunkPages ? pages - done : kChunkPages;
+    if (mincore(reinterpret_cast<void*>(start + done * kOsPageSize), count * kOsPageSize, vec) != 0) continue;
+    for (size_t i = 0; i < count; ++i) resident += vec[i] & 1;
+  }
+  return resident * kOsPageSize;
+}
+
 uint64_t resident_bytes() {
   // The second field of /proc/self/statm, in pages.
   int fd = open_read("/proc/self/statm");

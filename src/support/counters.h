@@ -33,6 +33,39 @@ struct Global {
 
 extern Global g_global;
 
+// Where the memory the process has resident goes (bytes): xalloc's part
+// split by what it holds, from a walk of every span (its resident pages)
+// and every heap (frontend/memory_account.h). What the program itself
+// holds resident (its code, stacks, other mappings) is resident less the rest.
+struct MemoryAccount {
+  size_t resident;        // the whole process's (statm)
+  size_t committed;       // g_global.committed at the walk
+  // Live blocks: requested bytes where known (requested_known), else block sizes.
+  size_t live;
+  // Block size less requested size of live blocks: per class, the live
+  // blocks times the class size less the mean size requested of it so far
+  // (an estimate; with requested_known only, 0 otherwise); and the resident
+  // tail of large spans past their blocks.
+  size_t rounding;
+  size_t slab_free;       // free blocks (and touched, uncarved space) of slabs holding live blocks
+  size_t slab_free_current;  // of which in their class's current slab
+  size_t empty_current;   // empty slabs that are their class's current slab
+  size_t empty_spares;    // empty slabs a heap keeps as spares
+  size_t empty_pooled;    // empty slabs in the slab pool
+  size_t free_spans;      // free spans not purged yet, cached huge mappings
+  size_t kept_spans;      // spans of freed large blocks heaps keep for their next ones
+  size_t pending_frees;   // blocks freed by other threads, staged or in inboxes, not drained yet
+  size_t metadata;        // segment headers, the segment map, heaps
+  bool requested_known;   // requests were counted from the start (XALLOC_STATS)
+};
+
+// XALLOC_STATS: the account taken when the process's resident memory last
+// rose past that of the one before by a margin (a thirty-second, at least a
+// slice, 64 KiB), so within that margin of its peak as seen from the slow
+// paths that take memory (note_in_use), through g_hooks.take_account. Zero
+// until then.
+MemoryAccount peak_account();
+
 // Slow-path bookkeeping of the peaks.
 void note_slab_created(unsigned cls);
 void note_in_use();

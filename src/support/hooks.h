@@ -7,6 +7,10 @@
 
 namespace xalloc {
 
+namespace stats {
+struct MemoryAccount;
+}
+
 struct Hooks {
   // diag: prints the calling thread's stack under a fatal report's line.
   void (*print_stack)() = nullptr;
@@ -17,6 +21,9 @@ struct Hooks {
   // memory (cached huge blocks, kept spans, pooled slabs). True if anything
   // was released, so that the caller may try again.
   bool (*release_cached_memory)() = nullptr;
+  // frontend, set only with XALLOC_STATS: walks the spans and heaps for
+  // where resident memory goes (support/counters.h, peak_account).
+  void (*take_account)(stats::MemoryAccount* out) = nullptr;
 };
 
 extern Hooks g_hooks __attribute__((visibility("hidden")));

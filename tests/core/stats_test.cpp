@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -86,4 +87,63 @@ TEST(Stats, PrintWritesTwoLines) {
     }
   }
   EXPECT_TRUE(segments_line) << r.err;
+}
+
+namespace {
+
+xalloc_account_t account() {
+  xalloc_account_t a;
+  xalloc_get_account(&a);
+  return a;
+}
+
+// Free blocks in used slabs, and empty slabs (a slab whose last blocks
+// were freed moves from the first to the second).
+size_t free_in_slabs(const xalloc_account_t& a) {
+  return a.slab_free + a.empty_current + a.empty_spares + a.empty_pooled;
+}
+
+}  // namespace
+
+// Blocks written and kept count as live (block sizes: requests are not
+// counted here), and those freed among them as free space of used slabs.
+TEST(Stats, AccountSplitsLiveAndFreeBlocksOfUsedSlabs) {
+  auto r = xtest::run_in_child([] {
+    constexpr size_t kBlocks = 20000;
+    static void* blocks[kBlocks];
+    xalloc_free(xalloc_malloc(40));  // the heap, and the class's first slab
+    xalloc_account_t before = account();
+    for (void*& b : blocks) {
+      b = xalloc_malloc(40);
+      std::memset(b, 1, 40);
+    }
+    // (A young heap serves the first ones from the 64-byte class: heap.h.)
+    size_t all = 0, freed = 0;
+    for (size_t i = 0; i < kBlocks; ++i) {
+      all += xalloc_usable_size(blocks[i]);
+      if (i % 2 == 0) freed += xalloc_usable_size(blocks[i]);
+    }
+    xalloc_account_t full = account();
+    for (size_t i = 0; i < kBlocks; i += 2) xalloc_free(blocks[i]);
+    xalloc_account_t half = account();
+    size_t slack = 64 << 10;  // a slab's untouched tail, other allocations
+    bool ok = full.requested_known == 0 && full.rounding == before.rounding &&
+              full.live >= before.live + all && full.live <= before.live + all + slack &&
+              half.live + freed == full.live &&
+              free_in_slabs(half) + 8192 >= free_in_slabs(full) + freed &&
+              free_in_slabs(half) <= free_in_slabs(full) + freed + 8192 && half.slab_free + 8192 >= freed &&
+              full.resident >= full.live &&
+              full.metadata > 0 && full.committed >= full.live + full.slab_free;
+    std::fprintf(stderr, "usable %zu, freed %zu; live %zu -> %zu -> %zu; free in slabs %zu -> %zu -> %zu; "
+                 "rounding %zu; metadata %zu\n", all, freed, before.live, full.live, half.live, free_in_slabs(before),
+                 free_in_slabs(full), free_in_slabs(half), full.rounding, full.metadata);
+    for (size_t i = 1; i < kBlocks; i += 2) xalloc_free(blocks[i]);
+    return ok ? 0 : 1;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
+
+// Without XALLOC_STATS no account is taken at the peak.
+TEST(Stats, NoPeakAccountWithoutStatistics) {
+  EXPECT_EQ(stats().peak_account.resident, 0u);
 }

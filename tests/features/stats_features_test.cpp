@@ -127,4 +127,35 @@ TEST(Stats, Mallinfo2FollowsLiveBytes) {
   EXPECT_NE(r.out.find("mallinfo ok"), std::string::npos) << r.describe();
 }
 
+// 10,000 blocks of 40 bytes live (class 48), 10,000 freed among them, and
+// a peak of 8 MB more in 4000-byte blocks, freed before the account.
+TEST(Stats, AccountSplitsRequestedRoundingAndFreeBlocks) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "account"}, {"XALLOC_STATS=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  auto v = key_values(r.out);
+  ASSERT_EQ(v["usable"], 48) << r.out;
+  const double kSlack = 64 << 10;  // other blocks (stdio's), a slab's touched but uncarved tail
+  EXPECT_EQ(v["now_known"], 1) << r.out;
+  EXPECT_GE(v["now_live"], 10000 * 40) << r.out;
+  EXPECT_LE(v["now_live"], 10000 * 40 + kSlack) << r.out;
+  EXPECT_GE(v["now_rounding"], 10000 * 8 - 8192) << r.out;
+  EXPECT_LE(v["now_rounding"], 10000 * 8 + kSlack) << r.out;
+  EXPECT_GE(v["now_slab_free"], 10000 * 48) << r.out;
+  EXPECT_LE(v["now_slab_free"], 10000 * 48 + kSlack) << r.out;
+  EXPECT_GE(v["now_resident"], v["now_live"] + v["now_rounding"] + v["now_slab_free"] + v["now_empty"]) << r.out;
+  // Taken within a thirty-second of the peak of resident memory (and 64 KiB).
+  EXPECT_EQ(v["peak_known"], 1) << r.out;
+  EXPECT_GE(v["peak_live"], 10000 * 40 + 2000 * 4000 - 1.0e6) << r.out;
+  EXPECT_LE(v["peak_live"], 20000 * 40 + 2000 * 4000 + kSlack) << r.out;
+  EXPECT_GE(v["peak_resident"], v["peak_live"]) << r.out;
+}
+
+// The report at exit has both accounts.
+TEST(Stats, ExitReportHasTheAccountAtPeak) {
+  Outcome r = run_program({XTEST_STATS_PROBE, "requests", "1000", "100"}, {"XALLOC_STATS=1"}, 30);
+  ASSERT_TRUE(r.exited_ok()) << r.describe();
+  EXPECT_FALSE(line_starting(r.err, "xalloc: stats: at peak: resident ").empty()) << r.err;
+  EXPECT_FALSE(line_starting(r.err, "xalloc: stats: now: resident ").empty()) << r.err;
+}
+
 }  // namespace

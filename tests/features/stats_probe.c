@@ -12,6 +12,10 @@
  *   stats_probe mallinfo       mallinfo2().uordblks and xalloc_get_stats().in_use
  *                              follow allocations and frees; prints "mallinfo ok"
  *                              or what went wrong (exit 1)
+ *   stats_probe account        N blocks of 40 bytes written, every other one
+ *                              freed, then 8 MiB of 4000-byte blocks written and
+ *                              freed; prints the account now and at the peak
+ *                              ("now_live=...", "peak_live=...")
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -112,6 +116,31 @@ static int mallinfo_follows(void) {
   return 0;
 }
 
+static void print_account(const char* when, const xalloc_account_t* a) {
+  printf("%s_live=%zu\n%s_rounding=%zu\n%s_slab_free=%zu\n%s_empty=%zu\n%s_resident=%zu\n%s_known=%zu\n", when,
+         a->live, when, a->rounding, when, a->slab_free, when, a->empty_current + a->empty_spares + a->empty_pooled,
+         when, a->resident, when, a->requested_known);
+}
+
+static int account(void) {
+  enum { kBlocks = 20000, kBig = 2000 };
+  static void* blocks[kBlocks];
+  static void* big[kBig];
+  for (int i = 0; i < kBlocks; ++i) blocks[i] = memset(malloc(40), 1, 40);
+  for (int i = 0; i < kBlocks; i += 2) free(blocks[i]);
+  for (int i = 0; i < kBig; ++i) big[i] = memset(malloc(4000), 1, 4000);
+  for (int i = 0; i < kBig; ++i) free(big[i]);
+  xalloc_account_t now;
+  xalloc_get_account(&now);
+  xalloc_stats_t stats;
+  xalloc_get_stats(&stats);
+  printf("usable=%zu\n", malloc_usable_size(blocks[1]));
+  print_account("now", &now);
+  print_account("peak", &stats.peak_account);
+  for (int i = 1; i < kBlocks; i += 2) free(blocks[i]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "requests") == 0 && argc == 4)
@@ -121,6 +150,8 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "large-first") == 0) return large_first();
   if (strcmp(mode, "print") == 0) return print();
   if (strcmp(mode, "mallinfo") == 0) return mallinfo_follows();
-  fprintf(stderr, "usage: %s requests N SIZE | aligned N SIZE ALIGNMENT | large-first | print | mallinfo\n", argv[0]);
+  if (strcmp(mode, "account") == 0) return account();
+  fprintf(stderr, "usage: %s requests N SIZE | aligned N SIZE ALIGNMENT | large-first | print | mallinfo | account\n",
+          argv[0]);
   return 2;
 }
