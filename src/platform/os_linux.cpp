@@ -145,6 +145,19 @@ void purge(void* addr, size_t size) {
   if (size != 0) raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_DONTNEED);
 }
 
+namespace {
+
+// Set once a kernel without MADV_POPULATE_WRITE has answered EINVAL.
+XALLOC_STARTUP_DATA bool g_no_populate = false;
+
+}  // namespace
+
+void populate(void* addr, size_t size) {
+  if (size == 0 || __atomic_load_n(&g_no_populate, __ATOMIC_RELAXED)) return;
+  long ret = raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_POPULATE_WRITE);
+  if (ret == -EINVAL) __atomic_store_n(&g_no_populate, true, __ATOMIC_RELAXED);
+}
+
 void advise_huge_pages(void* addr, size_t size, bool use) {
   raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size),
               use ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
