@@ -90,8 +90,7 @@ FreeBlock* carve_in_order(Page* page, uintptr_t first, size_t count, size_t size
 // always did.
 void populate_carved(uintptr_t carved_end, uintptr_t written_end) {
   uintptr_t from = (carved_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
-  uintptr_t to = (written_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
-  if (from < to) os::populate(reinterpret_cast<void*>(from), to - from);
+  if (from < written_end) os::populate(reinterpret_cast<void*>(from), written_end - from);
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ struct PageRange {
 };
 PageRange remap_read_only_zeros(void* addr, size_t size);
 
-// Makes the pages of [addr, addr + size), mapped read-write and about to
-// be written, resident in one system call (MADV_POPULATE_WRITE, Linux
+// Makes the pages that [addr, addr + size) touches, mapped read-write and
+// about to be written, resident in one system call (MADV_POPULATE_WRITE, Linux
 // 5.14): a first touch costs a page fault each, which on a virtual machine
 // takes several times the call (measured on the 2-vCPU AMD one: a fault
 // 7 us, the call for one page 2 us, 0.35 us a page more). Where the kernel

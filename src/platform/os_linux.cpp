@@ -154,7 +154,11 @@ XALLOC_STARTUP_DATA bool g_no_populate = false;
 
 void populate(void* addr, size_t size) {
   if (size == 0 || __atomic_load_n(&g_no_populate, __ATOMIC_RELAXED)) return;
-  long ret = raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_POPULATE_WRITE);
+  // Whole pages: madvise refuses a start inside one (EINVAL, which would
+  // read as a kernel without the advice).
+  auto start = reinterpret_cast<uintptr_t>(addr) & ~(kOsPageSize - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  long ret = raw_syscall(SYS_madvise, static_cast<long>(start), static_cast<long>(end - start), MADV_POPULATE_WRITE);
   if (ret == -EINVAL) __atomic_store_n(&g_no_populate, true, __ATOMIC_RELAXED);
 }
 
