@@ -231,6 +231,9 @@ def contenders(build_dir: str) -> list[Contender]:
         # Borrowing from stalled threads' inboxes (XALLOC_BORROW, off by default).
         Contender("xalloc-borrow", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_BORROW", "1"),),
                   optional=True),
+        # An empty library preloaded (bench/common/empty.c; malloc stays
+        # glibc's): the loader's cost of any preload, startup.py's baseline.
+        Contender("empty", (f"{build}/bench/bin/libempty.so",), "libc.so", optional=True),
         # glibc held to two arenas: the lean glibc setting the Ruby seed quotes.
         Contender("glibc-arena2", (), "libc.so", "libc6", env=(("MALLOC_ARENA_MAX", "2"),), optional=True),
     ]

@@ -1,6 +1,7 @@
 #include "backend/segment.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "support/options.h"
@@ -31,7 +32,7 @@ namespace {
 
 // The whole pages of the map that segment_map_init replaced, and which of
 // them are writable again (set once made so).
-os::PageRange g_map_zeros;
+XALLOC_STARTUP_DATA os::PageRange g_map_zeros;
 constexpr size_t kMapPages = kSegmentMapEntries / kOsPageSize + 1;
 std::atomic<uint64_t> g_map_pages_writable[(kMapPages + 63) / 64];
 
@@ -70,6 +71,13 @@ void segment_map_set(uintptr_t base, size_t size, bool present) {
   }
 }
 
+namespace {
+
+constexpr size_t kHeaderPopulateBytes = 3 * kOsPageSize;
+static_assert(offsetof(Segment, pages) + (kHeaderSlices + 28) * sizeof(Page) <= kHeaderPopulateBytes);
+
+}  // namespace
+
 Segment* segment_create() {
   void* memory = g_options.commit_on_demand ? os::reserve_aligned(kSegmentSize, kSegmentSize)
                                             : os::map_aligned(kSegmentSize, kSegmentSize);
@@ -86,6 +94,9 @@ Segment* segment_create() {
   os::advise_huge_pages(memory, kSegmentSize, g_options.huge_pages == Switch::kOn);
   auto* segment = segment_at(reinterpret_cast<uintptr_t>(memory));
   segment_protect_header(reinterpret_cast<uintptr_t>(memory));
+  // Its fields, slice map and the descriptors of its first 28 spans, which
+  // a small program writes all of, resident in one call (os.h).
+  os::populate(segment, kHeaderPopulateBytes);
   // The mapping is fresh, so every field not set here is already zero.
   segment->kind = SegmentKind::kNormal;
   segment->mapping_size = kSegmentSize;

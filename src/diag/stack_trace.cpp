@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/config.h"
 #include "diag/frame_walker.h"
 #include "platform/os.h"
 #include "support/report.h"
@@ -139,7 +140,7 @@ namespace {
 // linked program libc's own start-up allocates (_dl_find_object_init)
 // before _dl_find_object, which frame_walk calls, is ready: a sample taken
 // there crashed. Samples before this have no stack.
-std::atomic<bool> g_constructors_started{false};
+XALLOC_STARTUP_DATA std::atomic<bool> g_constructors_started{false};
 __attribute__((constructor)) void note_constructors_started() {
   g_constructors_started.store(true, std::memory_order_release);
 }

@@ -43,6 +43,9 @@ Heap* new_heap_locked() {
     g_heap_chunk_left = kHeapChunkBytes;
   }
   auto* heap = reinterpret_cast<Heap*>(g_heap_chunk);
+  // heap_init writes the heap (not its stage, written by remote frees
+  // only): its pages resident in one call (os.h).
+  os::populate(heap, sizeof(Heap));
   g_heap_chunk += kHeapBytes;
   g_heap_chunk_left -= kHeapBytes;
   heap_init(heap, 0, reinterpret_cast<StagedBlock*>(g_heap_chunk - kStageSlots * sizeof(StagedBlock)));

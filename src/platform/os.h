@@ -46,6 +46,15 @@ struct PageRange {
 };
 PageRange remap_read_only_zeros(void* addr, size_t size);
 
+// Makes the pages that [addr, addr + size) touches, mapped read-write and
+// about to be written, resident in one system call (MADV_POPULATE_WRITE, Linux
+// 5.14): a first touch costs a page fault each, which on a virtual machine
+// takes several times the call (measured on the 2-vCPU AMD one: a fault
+// 7 us, the call for one page 2 us, 0.35 us a page more). Where the kernel
+// has no such advice nothing is done and the pages fault in as they are
+// touched.
+void populate(void* addr, size_t size);
+
 // Transparent huge pages for [addr, addr + size): asks for them (`use`)
 // or keeps the kernel from using them, whatever its default.
 void advise_huge_pages(void* addr, size_t size, bool use);

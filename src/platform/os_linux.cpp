@@ -146,6 +146,23 @@ void purge(void* addr, size_t size) {
   if (size != 0) raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size), MADV_DONTNEED);
 }
 
+namespace {
+
+// Set once a kernel without MADV_POPULATE_WRITE has answered EINVAL.
+XALLOC_STARTUP_DATA bool g_no_populate = false;
+
+}  // namespace
+
+void populate(void* addr, size_t size) {
+  if (size == 0 || __atomic_load_n(&g_no_populate, __ATOMIC_RELAXED)) return;
+  // Whole pages: madvise refuses a start inside one (EINVAL, which would
+  // read as a kernel without the advice).
+  auto start = reinterpret_cast<uintptr_t>(addr) & ~(kOsPageSize - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  long ret = raw_syscall(SYS_madvise, static_cast<long>(start), static_cast<long>(end - start), MADV_POPULATE_WRITE);
+  if (ret == -EINVAL) __atomic_store_n(&g_no_populate, true, __ATOMIC_RELAXED);
+}
+
 void advise_huge_pages(void* addr, size_t size, bool use) {
   raw_syscall(SYS_madvise, reinterpret_cast<long>(addr), static_cast<long>(size),
               use ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
