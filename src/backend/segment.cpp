@@ -73,8 +73,8 @@ void segment_map_set(uintptr_t base, size_t size, bool present) {
 
 namespace {
 
-constexpr size_t kHeaderPopulateBytes = 3 * kOsPageSize;
-static_assert(offsetof(Segment, pages) + (kHeaderSlices + 28) * sizeof(Page) <= kHeaderPopulateBytes);
+constexpr size_t kHeaderPopulateBytes =
+    (offsetof(Segment, pages) + (kHeaderSlices + 28) * sizeof(Page) + kOsPageSize - 1) & ~(kOsPageSize - 1);
 
 }  // namespace
 

@@ -4,7 +4,9 @@
 // purge at once (purge_policy.h). Auto, the default, starts it once the
 // process has kPurgerThreshold bytes in use: a small program never has the
 // thread, and a big heap, whose bursts of frees are worth keeping for a
-// rebuild, has its clock.
+// rebuild, has its clock. Not under a commit limit (commit on demand):
+// there, memory held for reuse stays charged, and what a burst frees is
+// better uncharged at once, for whatever the program asks next.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +34,7 @@ void purger_after_fork_child();
 // allocations run under the registry lock.)
 XALLOC_INLINE void purger_start_if_due() {
   if (XALLOC_UNLIKELY(g_options.background_purge == Switch::kAuto && !g_purge_clock.load(std::memory_order_relaxed) &&
-                      stats::in_use_bytes() >= kPurgerThreshold &&
+                      stats::in_use_bytes() >= kPurgerThreshold && !g_options.commit_on_demand &&
                       t_heap != &g_empty_heap))
     purger_start();
 }
