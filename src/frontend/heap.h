@@ -219,7 +219,7 @@ struct alignas(64) Heap {
   // the heap active (thread_registry.cpp). A lock per heap, so that threads
   // freeing blocks of different exited threads do not queue behind one
   // another.
-  Mutex orphan_lock;
+  Mutex orphan_lock{shared_count::Site::kOrphanLock};
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).

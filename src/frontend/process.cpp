@@ -15,6 +15,7 @@
 #include "frontend/thread_registry.h"
 #include "meta/secure.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/emergency_heap.h"
 #include "support/hooks.h"
 #include "support/options.h"
@@ -128,6 +129,9 @@ void process_init() {
   g_hooks.leave_thread_heap = [] { t_heap = &g_empty_heap; };
   g_hooks.release_cached_memory = release_cached_memory;
   options_init();
+#if defined(XALLOC_COUNT_SHARED)
+  shared_count::start_after(g_options.count_shared_after_ms);
+#endif
   // What is printed at exit must outlive a program's closing its stderr.
   if (g_options.stats || g_options.leaks || g_options.prof) report::keep_stderr();
   segment_map_init();

@@ -10,13 +10,16 @@ namespace {
 
 void raise_peak(std::atomic<size_t>& peak, size_t now) {
   size_t seen = peak.load(std::memory_order_relaxed);
-  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  while (now > seen) {
+    shared_count::atomic_rmw(shared_count::Site::kStatsPeaks, &peak);
+    if (peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) return;
   }
 }
 
 }  // namespace
 
 void note_slab_created(unsigned cls) {
+  shared_count::atomic_rmw(shared_count::Site::kStatsClassSlabs, &g_global.slabs[cls]);
   raise_peak(g_global.peak_slabs[cls], g_global.slabs[cls].fetch_add(1, std::memory_order_relaxed) + 1);
   note_in_use();
 }

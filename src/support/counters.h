@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstddef>
 
+#include "platform/shared_count.h"
+
 namespace xalloc::stats {
 
 struct Global {
@@ -38,7 +40,22 @@ inline size_t in_use_bytes() {
   return g_global.slab_in_use.load(std::memory_order_relaxed) + g_global.large_in_use.load(std::memory_order_relaxed);
 }
 
-inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
-inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }
+// The counting build's name for a counter of g_global.
+inline shared_count::Site site_of(const std::atomic<size_t>& counter) {
+  using shared_count::Site;
+  if (&counter == &g_global.slab_in_use) return Site::kStatsSlabInUse;
+  if (&counter == &g_global.large_in_use) return Site::kStatsLargeInUse;
+  if (&counter >= g_global.slabs && &counter < g_global.slabs + 64) return Site::kStatsClassSlabs;
+  return Site::kStatsMappings;
+}
+
+inline void add(std::atomic<size_t>& counter, size_t value) {
+  shared_count::atomic_rmw(site_of(counter), &counter);
+  counter.fetch_add(value, std::memory_order_relaxed);
+}
+inline void sub(std::atomic<size_t>& counter, size_t value) {
+  shared_count::atomic_rmw(site_of(counter), &counter);
+  counter.fetch_sub(value, std::memory_order_relaxed);
+}
 
 }  // namespace xalloc::stats
