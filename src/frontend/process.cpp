@@ -8,6 +8,7 @@
 #include "backend/span_allocator.h"
 #include "diag/heap_profiler.h"
 #include "diag/stack_trace.h"
+#include "frontend/heap_slabs.h"
 #include "frontend/heap_upkeep.h"
 #include "frontend/inbox.h"
 #include "frontend/huge_cache.h"
@@ -65,6 +66,7 @@ void thread_heap_teardown(void* arg) {
     // kOrphan and drains itself (inbox_push).
     heap_drain_inbox(orphan);
     returned_spans_release(orphan);  // the same for spans of large blocks
+    slab_counts_publish(orphan);     // its thread's last count (t_heap is no longer the heap)
   });
 }
 
