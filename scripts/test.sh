@@ -6,8 +6,8 @@
 #   2. Release build (build/) and its whole test suite (unit, shim, static, e2e),
 #      then its core, feature and shim tests with XALLOC_COMMIT_ON_DEMAND=1
 #   3. ThreadSanitizer build (build-tsan/, XALLOC_SANITIZE=thread) and its tests
-#   4. debug-checks build (build-debug/, Debug + XALLOC_DEBUG_CHECKS) and its
-#      tests, then a few bench workloads under its libxalloc.so (skipped while
+#   4. debug-checks build (build-debug/, Debug + XALLOC_DEBUG_CHECKS, with the
+#      shared-write counting of XALLOC_COUNT_SHARED) and its tests, then a few bench workloads under its libxalloc.so (skipped while
 #      the bench programs do not build)
 #   5. self-host: the project built by compilers running under
 #      LD_PRELOAD=build/libxalloc.so, then that build's core tests
@@ -227,8 +227,8 @@ bench_under_debug() {
 }
 
 if wanted debug; then
-  step "debug: build (build-debug/, XALLOC_DEBUG_CHECKS)" configure_and_build "$root/build-debug" \
-    -DCMAKE_BUILD_TYPE=Debug -DXALLOC_DEBUG_CHECKS=ON
+  step "debug: build (build-debug/, XALLOC_DEBUG_CHECKS, XALLOC_COUNT_SHARED)" configure_and_build "$root/build-debug" \
+    -DCMAKE_BUILD_TYPE=Debug -DXALLOC_DEBUG_CHECKS=ON -DXALLOC_COUNT_SHARED=ON
   step "debug: tests" run_ctest "$root/build-debug"
   step "debug: bench workloads under the debug-checks libxalloc.so" bench_under_debug
 fi

@@ -123,6 +123,20 @@ XALLOC_API void xalloc_get_stats(xalloc_stats_t* out) XALLOC_NOEXCEPT;
 XALLOC_API void xalloc_get_account(xalloc_account_t* out) XALLOC_NOEXCEPT;
 XALLOC_API void xalloc_stats_print(void) XALLOC_NOEXCEPT;
 
+/* The counting build (cmake -DXALLOC_COUNT_SHARED=ON, docs/design.md):
+ * how often threads wrote what other threads write too, since counting
+ * (re)started. Returns 1 and fills *out in that build; 0 and zeros in
+ * others. */
+typedef struct xalloc_shared_writes_s {
+  size_t lock_acquisitions;  /* of locks that more than one thread has taken */
+  size_t atomic_rmws;        /* on cache lines that more than one thread has written */
+  size_t mallocs;            /* blocks allocated (malloc, calloc, new, aligned) */
+} xalloc_shared_writes_t;
+
+XALLOC_API int xalloc_shared_writes(xalloc_shared_writes_t* out) XALLOC_NOEXCEPT;
+/* Counting build: counting starts afresh now (after a warm-up, say). */
+XALLOC_API void xalloc_shared_writes_restart(void) XALLOC_NOEXCEPT;
+
 /* Heap profiler (XALLOC_PROF=1): writes <prefix>.heap (google-pprof) and
  * <prefix>.collapsed (flame graphs) for the memory live now; prefix NULL
  * writes the process's next numbered profile,

@@ -12,6 +12,7 @@
 #include "frontend/thread_registry.h"
 #include "meta/size_classes.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/counters.h"
 #include "support/options.h"
 #include "support/report.h"
@@ -64,6 +65,35 @@ void print_account(const char* when, const stats::MemoryAccount& a) {
   report::message("stats:   free spans %u, kept large spans %u, remote frees pending %u, metadata %u (KiB)",
                   a.free_spans >> 10, a.kept_spans >> 10, a.pending_frees >> 10, a.metadata >> 10);
 }
+
+#if defined(XALLOC_COUNT_SHARED)
+// The counting build's line: its events per 10,000 mallocs, then the sites
+// with the most, most first.
+void print_shared_writes() {
+  shared_count::Totals t = shared_count::read();
+  uint64_t events = t.lock_events + t.atomic_events;
+  uint64_t hundredths = t.mallocs != 0 ? events * 1000000 / t.mallocs : 0;
+  char sites[320];
+  size_t used = 0;
+  bool listed[shared_count::kSites] = {};
+  for (int rank = 0; rank < 6; ++rank) {
+    unsigned top = shared_count::kSites;
+    for (unsigned s = 0; s < shared_count::kSites; ++s) {
+      if (!listed[s] && t.by_site[s] != 0 && (top == shared_count::kSites || t.by_site[s] > t.by_site[top])) top = s;
+    }
+    if (top == shared_count::kSites) break;
+    listed[top] = true;
+    const report::Arg args[] = {rank == 0 ? "" : ", ", shared_count::site_name(static_cast<shared_count::Site>(top)),
+                                t.by_site[top]};
+    used += report::format(sites + used, sizeof(sites) - used, "%s%s %u", args, 3);
+  }
+  sites[used] = '\0';
+  report::message("stats: shared writes: %u lock acquisitions, %u atomic RMWs, %u mallocs: %u.%s%u per 10000 mallocs; "
+                  "top: %s (%u RMWs untracked)",
+                  t.lock_events, t.atomic_events, t.mallocs, hundredths / 100, hundredths % 100 < 10 ? "0" : "",
+                  hundredths % 100, used != 0 ? sites : "-", t.untracked);
+}
+#endif
 
 size_t slab_live_bytes() {
   ClassUsage usage = class_usage();
@@ -169,6 +199,30 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   stats::MemoryAccount now{};
   take_memory_account(&now);
   print_account("now", now);
+
+#if defined(XALLOC_COUNT_SHARED)
+  print_shared_writes();
+#endif
+}
+
+extern "C" XALLOC_API int xalloc_shared_writes(xalloc_shared_writes_t* out) noexcept {
+  if (out == nullptr) return 0;
+  *out = {};
+#if defined(XALLOC_COUNT_SHARED)
+  xalloc::shared_count::Totals t = xalloc::shared_count::read();
+  out->lock_acquisitions = t.lock_events;
+  out->atomic_rmws = t.atomic_events;
+  out->mallocs = t.mallocs;
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+extern "C" XALLOC_API void xalloc_shared_writes_restart(void) noexcept {
+#if defined(XALLOC_COUNT_SHARED)
+  xalloc::shared_count::restart();
+#endif
 }
 
 namespace xalloc {

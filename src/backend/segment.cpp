@@ -6,6 +6,7 @@
 
 #include "support/options.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/counters.h"
 
 namespace xalloc {
@@ -57,6 +58,7 @@ bool segment_map_prepare(uintptr_t base, size_t size) {
     // Acquire: a page another thread marked is writable for this one too.
     if (g_map_pages_writable[n / 64].load(std::memory_order_acquire) & bit) continue;
     if (!os::commit(reinterpret_cast<void*>(page), kOsPageSize)) return false;
+    shared_count::atomic_rmw(shared_count::Site::kSegmentMapBits, &g_map_pages_writable[n / 64]);
     g_map_pages_writable[n / 64].fetch_or(bit, std::memory_order_release);
   }
   return true;

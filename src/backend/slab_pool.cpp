@@ -6,6 +6,7 @@
 
 #include "support/options.h"
 #include "platform/lock.h"
+#include "platform/shared_count.h"
 #include "backend/span_allocator.h"
 
 namespace xalloc::slab_pool {
@@ -17,7 +18,7 @@ namespace {
 // own (a batch of blocks allocated and freed, random replacement in a
 // working set) queued on it once there were more than a few of them.
 struct alignas(64) ClassList {
-  Mutex lock;
+  Mutex lock{shared_count::Site::kSlabPoolLock};
   Page* head = nullptr;    // linked through Page::next, newest first
   uint32_t count = 0;
   uint32_t low_water = 0;  // the fewest listed since the current interval began
@@ -59,14 +60,20 @@ constexpr auto kClassesOfLength = [] {
 // Reserves room for `bytes`: false when the pool would hold more than
 // kPoolBytes.
 bool reserve_bytes(size_t bytes) {
+  shared_count::atomic_rmw(shared_count::Site::kPoolBytes, &g_bytes);
   if (g_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes <= kPoolBytes) return true;
+  shared_count::atomic_rmw(shared_count::Site::kPoolBytes, &g_bytes);
   g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   return false;
 }
-void sub_bytes(size_t bytes) { g_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
+void sub_bytes(size_t bytes) {
+  shared_count::atomic_rmw(shared_count::Site::kPoolBytes, &g_bytes);
+  g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
 
 void set_held(unsigned cls, bool held) {
   uint64_t bit = uint64_t{1} << cls;
+  shared_count::atomic_rmw(shared_count::Site::kPoolClassesHeld, &g_classes_held);
   if (held) g_classes_held.fetch_or(bit, std::memory_order_relaxed);
   else g_classes_held.fetch_and(~bit, std::memory_order_relaxed);
 }
@@ -165,6 +172,7 @@ void release_idle(uint64_t now_ms) {
   if (now_ms < due || g_bytes.load(std::memory_order_relaxed) == 0) return;
   uint64_t interval = interval_ms();
   // One thread makes each look: the one that moves the time of the next on.
+  shared_count::atomic_rmw(shared_count::Site::kPoolNextLook, &g_next_look_ms);
   if (!g_next_look_ms.compare_exchange_strong(due, now_ms + interval, std::memory_order_relaxed)) return;
   Page* chain = nullptr;
   for (unsigned cls = 0; cls < kNumClasses; ++cls) {

@@ -214,7 +214,7 @@ class alignas(64) SpanAllocator {
     }
   }
 
-  Mutex lock_;
+  Mutex lock_{shared_count::Site::kSpanLock};
   Page* bins_[kBins] = {};
   Page* purging_ = nullptr;  // spans out of the bins being purged, linked through next/prev
   uint32_t nonempty_bins_ = 0;

@@ -267,6 +267,7 @@ void* alloc_zeroed(size_t size) {
     if (block != nullptr) memset(block, 0, size);
     return block;
   }
+  shared_count::malloc_done();  // alloc() counts the small ones
   Heap* heap = t_heap;
   if (XALLOC_UNLIKELY(watching(heap))) {
     if (void* sampled = watch_allocation(heap, watch_class(size), size, 0)) return memset(sampled, 0, size);
@@ -279,6 +280,7 @@ void* alloc_zeroed(size_t size) {
 
 void* alloc_aligned_generic(size_t size, size_t alignment) {
   if (alignment <= kMinAlignment) return alloc(size);
+  shared_count::malloc_done();
   Heap* heap = t_heap;
   if (XALLOC_UNLIKELY(watching(heap)) && size <= kMaxRequest) {
     if (void* sampled = watch_allocation(heap, watch_class(size), size, alignment)) return sampled;

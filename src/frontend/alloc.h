@@ -19,6 +19,7 @@
 #include "backend/segment.h"
 #include "meta/size_classes.h"
 #include "meta/slab.h"
+#include "platform/shared_count.h"
 
 namespace xalloc {
 
@@ -34,6 +35,7 @@ void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
 // (In secure mode every block ends in a canary: the request grows by its
 // size, checked for overflow only on the way out of line.)
 XALLOC_INLINE void* alloc(size_t size) {
+  shared_count::malloc_done();
   Heap* heap = t_heap;
   if (XALLOC_LIKELY(size <= kMaxSmallSize - secure::kCanaryBytes)) {
     size_t granule = granule_of(size + secure::kCanaryBytes);
@@ -77,7 +79,10 @@ XALLOC_INLINE void* alloc_aligned(size_t size, size_t alignment) {
     Heap* heap = t_heap;
     Page* page = heap->serving[aligned_class_of(size + secure::kCanaryBytes, alignment)];
     FreeBlock* block = page->free;
-    if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
+    if (XALLOC_LIKELY(block != nullptr)) {
+      shared_count::malloc_done();
+      return slab_pop(page, block);
+    }
   }
   return alloc_aligned_generic(size, alignment);
 }

@@ -9,6 +9,7 @@
 #include "frontend/inbox.h"
 #include "frontend/outbox.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/debug.h"
 #include "support/options.h"
 
@@ -56,6 +57,7 @@ void push_back(Heap* owner, size_t lane, FreeBlock* head) {
   FreeBlock* expected = nullptr;
   // Release: the owner's exchange sees the links. Acquire: see the orphaned
   // state of a heap whose final drain came first (as inbox_push).
+  shared_count::atomic_rmw(shared_count::Site::kBorrow, &inbox);
   while (!inbox.compare_exchange_weak(expected, head, std::memory_order_acq_rel, std::memory_order_relaxed)) {
     if (expected != nullptr) {
       FreeBlock* arrived = inbox.exchange(nullptr, std::memory_order_acq_rel);
@@ -102,6 +104,7 @@ size_t borrow_inbox(Heap* heap, Heap* owner, size_t budget, uint64_t& classes) {
 // below zero: the owner may have drained and reset it meanwhile).
 void uncount_pending(Heap* owner, size_t bytes) {
   size_t pending = owner->inbox_bytes.load(std::memory_order_relaxed);
+  shared_count::atomic_rmw(shared_count::Site::kBorrow, &owner->inbox_bytes);
   while (!owner->inbox_bytes.compare_exchange_weak(pending, pending > bytes ? pending - bytes : 0,
                                                    std::memory_order_relaxed)) {
   }
@@ -125,6 +128,7 @@ bool borrow_from_stalled(Heap* heap, unsigned cls) {
       owner = candidate;
       break;
     }
+    shared_count::atomic_rmw(shared_count::Site::kBorrow, &slot);
     slot.compare_exchange_strong(candidate, nullptr, std::memory_order_relaxed);
   }
   if (owner == nullptr) return false;

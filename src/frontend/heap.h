@@ -159,6 +159,12 @@ struct alignas(64) Heap {
   uint32_t class_slow_at[kNumClasses];
   // Empty slabs kept for reuse (SpareSlabs, above).
   SpareSlabs spares;
+  // Slab bytes, and slabs per class, this heap adopted less those it let
+  // go since it last added them to the process-wide counters
+  // (stats::g_global): slab hand-over writes no shared line until they
+  // reach a batch (heap_slabs.cpp). Written by the heap's thread only.
+  int64_t unpublished_slab_bytes = 0;
+  int32_t unpublished_slabs[kNumClasses] = {};
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -220,7 +226,7 @@ struct alignas(64) Heap {
   // the heap active (thread_registry.cpp). A lock per heap, so that threads
   // freeing blocks of different exited threads do not queue behind one
   // another.
-  Mutex orphan_lock;
+  Mutex orphan_lock{shared_count::Site::kOrphanLock};
 };
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).

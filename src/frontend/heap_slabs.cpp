@@ -108,12 +108,65 @@ void slab_carve(Page* page) {
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }
 
+namespace {
+
+// Slab hand-over (a heap takes a slab from the pool and gives one back)
+// is counted in the heap, and reaches the process-wide counters once a
+// heap's count has moved this far: with one add per hand-over, every
+// thread wrote the counters' line (sh6bench: 240,000 times in 2.5 s with
+// 64 threads). The purge budgets and the peaks see slab bytes up to
+// kSlabBytesBatch, and slabs of a class up to kSlabsBatch, a heap off.
+constexpr int64_t kSlabBytesBatch = int64_t{256} << 10;
+constexpr int32_t kSlabsBatch = 4;
+
+void publish_bytes(int64_t bytes) {
+  if (bytes > 0) stats::add(stats::g_global.slab_in_use, static_cast<size_t>(bytes));
+  if (bytes < 0) stats::sub(stats::g_global.slab_in_use, static_cast<size_t>(-bytes));
+}
+
+void publish_slabs(unsigned cls, int32_t slabs) {
+  if (slabs > 0) stats::note_slabs_created(cls, static_cast<size_t>(slabs));
+  if (slabs < 0) stats::sub(stats::g_global.slabs[cls], static_cast<size_t>(-slabs));
+}
+
+void count_slab(Heap* heap, Page* page, int direction) {
+  unsigned cls = page->size_class;
+  int64_t bytes = direction * static_cast<int64_t>(page->span_bytes());
+  // Another thread's heap (the reclaim pass takes its spares, a sender
+  // drains an orphan): the heap's counts are its own thread's to write.
+  if (heap != t_heap) {
+    publish_bytes(bytes);
+    publish_slabs(cls, direction);
+    return;
+  }
+  bytes = heap->unpublished_slab_bytes += bytes;
+  int32_t slabs = heap->unpublished_slabs[cls] += direction;
+  if (bytes >= kSlabBytesBatch || bytes <= -kSlabBytesBatch) {
+    publish_bytes(bytes);
+    heap->unpublished_slab_bytes = 0;
+  }
+  if (slabs >= kSlabsBatch || slabs <= -kSlabsBatch) {
+    publish_slabs(cls, slabs);
+    heap->unpublished_slabs[cls] = 0;
+  }
+}
+
+}  // namespace
+
+void slab_counts_publish(Heap* heap) {
+  publish_bytes(heap->unpublished_slab_bytes);
+  heap->unpublished_slab_bytes = 0;
+  for (unsigned cls = 0; cls < kNumClasses; ++cls) {
+    publish_slabs(cls, heap->unpublished_slabs[cls]);
+    heap->unpublished_slabs[cls] = 0;
+  }
+}
+
 // A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
 Page* slab_adopt(Heap* heap, Page* page) {
   page->owner = heap;
   page->set_state(SlabState::kDetached);
-  stats::add(stats::g_global.slab_in_use, page->span_bytes());
-  stats::note_slab_created(page->size_class);
+  count_slab(heap, page, 1);
   return page;
 }
 
@@ -150,8 +203,7 @@ void slab_release(Heap* heap, Page* page) {
   if (page->state() == SlabState::kPartial) partial_remove(heap, page);
   page->owner = nullptr;
   page->set_state(SlabState::kDetached);
-  stats::sub(stats::g_global.slab_in_use, page->span_bytes());
-  stats::sub(stats::g_global.slabs[page->size_class], 1);
+  count_slab(heap, page, -1);
   if (slab_pool::put(page)) return;
   page->free = nullptr;
   g_spans.release(page);

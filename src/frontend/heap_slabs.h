@@ -68,6 +68,9 @@ inline void make_current(Heap* heap, unsigned cls, Page* page) {
 void slab_carve(Page* page);
 // A heap takes over an empty slab, from the pool (slab_pool.h) or fresh.
 Page* slab_adopt(Heap* heap, Page* page);
+// Adds the slabs `heap` counted on its own to the process-wide counters:
+// when the count has moved far enough, and as its thread exits.
+void slab_counts_publish(Heap* heap);
 // A new slab of `cls`, or null when the OS has no memory.
 Page* slab_create(Heap* heap, unsigned cls);
 // A spare of class `cls`, or null (none, or claimed by the reclaim pass).

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "frontend/heap.h"
+#include "platform/shared_count.h"
 
 namespace xalloc {
 
@@ -25,6 +26,7 @@ inline bool inbox_pending(const Heap* heap) {
 inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
   size_t active = 0;
   for (size_t lane = 0; lane < kLanes; ++lane) {
+    shared_count::atomic_rmw(shared_count::Site::kInboxTake, &heap->inbox[lane]);
     lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
     if (lists[lane] != nullptr) ++active;
   }

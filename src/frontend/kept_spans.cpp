@@ -9,6 +9,7 @@
 #include "support/counters.h"
 #include "support/options.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 
@@ -136,7 +137,9 @@ bool return_span_home(Page* span) {
       home->state.load(std::memory_order_relaxed) != HeapState::kActive)
     return false;
   uint32_t slices = span->slice_count;
+  shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &home->returned_slices);
   if (home->returned_slices.fetch_add(slices, std::memory_order_relaxed) + slices > kept_slice_budget()) {
+    shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &home->returned_slices);
     home->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
     return false;
   }
@@ -146,6 +149,7 @@ bool return_span_home(Page* span) {
   Page* head = home->returned_spans.load(std::memory_order_relaxed);
   do {
     span->next = head;
+    shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &home->returned_spans);
   } while (!home->returned_spans.compare_exchange_weak(head, span, std::memory_order_acq_rel,
                                                         std::memory_order_relaxed));
   // The home thread may have exited since the check, its last look at the
@@ -162,6 +166,7 @@ namespace {
 // passes each to fn, unlinked.
 template <typename Fn>
 void returned_spans_drain(Heap* heap, Fn&& fn) {
+  shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &heap->returned_spans);
   Page* span = heap->returned_spans.exchange(nullptr, std::memory_order_acq_rel);
   uint32_t slices = 0;
   while (span != nullptr) {
@@ -171,7 +176,10 @@ void returned_spans_drain(Heap* heap, Fn&& fn) {
     fn(span);
     span = next;
   }
-  if (slices != 0) heap->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
+  if (slices != 0) {
+    shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &heap->returned_slices);
+    heap->returned_slices.fetch_sub(slices, std::memory_order_relaxed);
+  }
 }
 
 // The heap's thread missed its kept spans: the returned ones join them

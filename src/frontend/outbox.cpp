@@ -6,6 +6,7 @@
 #include "frontend/heap.h"
 #include "support/options.h"
 #include "frontend/thread_registry.h"
+#include "platform/shared_count.h"
 
 namespace xalloc {
 
@@ -72,6 +73,7 @@ void send_without_heap(Heap* dest, FreeBlock* block, unsigned cls) {
 // Points every small size of `dest` at the empty slab: its next small
 // allocation takes the slow path, which drains and repairs the table.
 void request_drain(Heap* dest) {
+  shared_count::atomic_rmw(shared_count::Site::kDrainRequest, &dest->drain_requested);
   if (dest->drain_requested.exchange(1, std::memory_order_acq_rel) != 0) return;
   for (Page*& slot : dest->direct) __atomic_store_n(&slot, &g_empty_page, __ATOMIC_RELAXED);
 }
@@ -83,12 +85,14 @@ void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_
   FreeBlock* old = inbox.load(std::memory_order_relaxed);
   do {
     set_remote_next(tail, old);
+    shared_count::atomic_rmw(shared_count::Site::kInboxPush, &inbox);
     // Release: the owner's exchange must see the links written above.
     // Acquire: see the orphaned state of a heap whose final drain came first.
   } while (!inbox.compare_exchange_weak(old, head, std::memory_order_acq_rel, std::memory_order_relaxed));
   // An exited thread's heap drains nothing itself: the sender does.
   if (dest->state.load(std::memory_order_relaxed) == HeapState::kOrphan) return orphan_collect(dest);
   if (bytes == 0) return;
+  shared_count::atomic_rmw(shared_count::Site::kInboxBytes, &dest->inbox_bytes);
   size_t pending = dest->inbox_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (pending >= kDrainRequestBytes && pending - bytes < kDrainRequestBytes) request_drain(dest);
   if (pending >= kStalledBytes && pending - bytes < kStalledBytes) note_stalled(dest);

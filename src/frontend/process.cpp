@@ -8,6 +8,7 @@
 #include "backend/span_allocator.h"
 #include "diag/heap_profiler.h"
 #include "diag/stack_trace.h"
+#include "frontend/heap_slabs.h"
 #include "frontend/heap_upkeep.h"
 #include "frontend/inbox.h"
 #include "frontend/huge_cache.h"
@@ -17,6 +18,7 @@
 #include "frontend/thread_registry.h"
 #include "meta/secure.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/emergency_heap.h"
 #include "support/hooks.h"
 #include "support/options.h"
@@ -50,6 +52,7 @@ void thread_heap_teardown(void* arg) {
     // kOrphan and drains itself (inbox_push).
     heap_drain_inbox(orphan);
     returned_spans_release(orphan);  // the same for spans of large blocks
+    slab_counts_publish(orphan);     // its thread's last count (t_heap is no longer the heap)
   });
 }
 
@@ -112,6 +115,9 @@ void process_init() {
   g_hooks.leave_thread_heap = [] { t_heap = &g_empty_heap; };
   g_hooks.release_cached_memory = release_cached_memory;
   options_init();
+#if defined(XALLOC_COUNT_SHARED)
+  shared_count::start_after(g_options.count_shared_after_ms);
+#endif
   // What is printed at exit must outlive a program's closing its stderr.
   if (g_options.stats || g_options.leaks || g_options.prof) report::keep_stderr();
   // The account at peak (support/counters.h): a walk per thirty-second of growth.

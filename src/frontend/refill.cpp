@@ -12,6 +12,7 @@
 #include "frontend/purger.h"
 #include "frontend/sampling.h"
 #include "frontend/thread_registry.h"
+#include "platform/shared_count.h"
 #include "support/debug.h"
 #include "support/emergency_heap.h"
 
@@ -32,6 +33,7 @@ void answer_drain_request(Heap* heap) {
     heap->drain_requested.store(0, std::memory_order_release);
     heap_drain_inbox_for_reuse(heap);
     direct_table_restore(heap);
+    shared_count::atomic_rmw(shared_count::Site::kDrainRequest, &heap->drain_requested);
   } while (heap->drain_requested.fetch_or(0, std::memory_order_acq_rel) != 0);
 }
 

@@ -4,6 +4,7 @@
 
 #include "platform/lock.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "support/counters.h"
 #include "support/hooks.h"
 #include "support/report.h"
@@ -12,7 +13,7 @@ namespace xalloc {
 
 namespace {
 
-XALLOC_STARTUP_DATA Mutex g_registry_lock;
+XALLOC_STARTUP_DATA Mutex g_registry_lock{shared_count::Site::kRegistryLock};
 XALLOC_STARTUP_DATA bool g_have_heap_key = false;
 XALLOC_STARTUP_DATA std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
 XALLOC_STARTUP_DATA Heap* g_orphans = nullptr;
@@ -100,6 +101,7 @@ Heap* thread_heap_acquire() {
   }
   heap->thread_id = os::thread_id();
   t_heap = heap;
+  shared_count::writes_as(heap);
   // glibc may allocate here (keys past its first 32); t_heap is set.
   if (g_have_heap_key) os::thread_exit_key_set(heap);
   return heap;
@@ -131,6 +133,7 @@ void orphan_heap(Heap* heap, void (*final_drain)(Heap*)) {
   }
   g_live_heaps.store(g_live_heaps.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   push_orphan_locked(heap);
+  shared_count::writes_as(nullptr);
 }
 
 void for_each_orphan(void (*fn)(Heap*)) {

@@ -4,30 +4,43 @@
 // 2 locked with waiters. Uncontended lock/unlock is one atomic each; the
 // acquire/release orderings are what ThreadSanitizer reasons with, so the
 // futex system calls only put threads to sleep.
+//
+// Each lock names its site: the counting build (shared_count.h) counts the
+// acquisitions of locks that more than one thread has taken.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
 #include "platform/os.h"
+#include "platform/shared_count.h"
 
 namespace xalloc {
 
 class Mutex {
  public:
-  constexpr Mutex() = default;
+  constexpr explicit Mutex([[maybe_unused]] shared_count::Site site)
+#if defined(XALLOC_COUNT_SHARED)
+      : site_(site)
+#endif
+  {
+  }
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
   void lock() {
     uint32_t expected = 0;
-    if (state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
-    lock_contended();
+    if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed))
+      lock_contended();
+    acquired();
   }
 
   bool try_lock() {
     uint32_t expected = 0;
-    return state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
+    if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed))
+      return false;
+    acquired();
+    return true;
   }
 
   void unlock() {
@@ -50,9 +63,19 @@ class Mutex {
     while (state_.exchange(2, std::memory_order_acquire) != 0) os::futex_wait(raw(), 2);
   }
 
+  void acquired() {
+#if defined(XALLOC_COUNT_SHARED)
+    shared_count::acquired(site_, owners_);
+#endif
+  }
+
   const volatile uint32_t* raw() const { return reinterpret_cast<const volatile uint32_t*>(&state_); }
 
   std::atomic<uint32_t> state_{0};
+#if defined(XALLOC_COUNT_SHARED)
+  shared_count::Site site_;
+  shared_count::LockOwners owners_;
+#endif
 };
 
 class LockGuard {

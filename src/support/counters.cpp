@@ -14,7 +14,7 @@ namespace {
 struct PeakAccount {
   std::atomic<size_t> next_at{0};   // resident bytes that call for the next account
   std::atomic<uint32_t> taking{0};  // one thread walks at a time; the others go on
-  Mutex lock;                       // guards `account` against torn reads
+  Mutex lock{shared_count::Site::kPeakAccountLock};  // guards `account` against torn reads
   MemoryAccount account{};
 };
 XALLOC_STARTUP_DATA constinit PeakAccount g_peak;
@@ -37,14 +37,18 @@ void maybe_take_peak_account() {
 
 void raise_peak(std::atomic<size_t>& peak, size_t now) {
   size_t seen = peak.load(std::memory_order_relaxed);
-  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  while (now > seen) {
+    shared_count::atomic_rmw(shared_count::Site::kStatsPeaks, &peak);
+    if (peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) return;
   }
 }
 
 }  // namespace
 
-void note_slab_created(unsigned cls) {
-  raise_peak(g_global.peak_slabs[cls], g_global.slabs[cls].fetch_add(1, std::memory_order_relaxed) + 1);
+void note_slabs_created(unsigned cls, size_t count) {
+  shared_count::atomic_rmw(shared_count::Site::kStatsClassSlabs, &g_global.slabs[cls]);
+  auto now = static_cast<int64_t>(g_global.slabs[cls].fetch_add(count, std::memory_order_relaxed) + count);
+  if (now > 0) raise_peak(g_global.peak_slabs[cls], static_cast<size_t>(now));
   note_in_use();
 }
 

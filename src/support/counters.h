@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstddef>
 
+#include "platform/shared_count.h"
+
 namespace xalloc::stats {
 
 struct Global {
@@ -21,13 +23,13 @@ struct Global {
   // heap), which xalloc_get_stats takes off; the purge budgets count them
   // as in use.
   std::atomic<size_t> large_in_use{0};
-  std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps
+  std::atomic<size_t> slab_in_use{0};    // bytes of slabs owned by heaps (read it with slab_bytes())
   std::atomic<size_t> heaps{0};          // thread heaps created
-  std::atomic<size_t> peak_in_use{0};
+  std::atomic<size_t> peak_in_use{0};    // slab and large bytes at their most (slab granularity)
   // 4 KiB page faults avoided by ranges advised onto huge pages before
   // their first touch (backend/huge_ranges.h), where the kernel allows.
-  std::atomic<size_t> faults_avoided{0};    // slab and large bytes at their most (slab granularity)
-  std::atomic<size_t> slabs[64] = {};    // per class, now and at most
+  std::atomic<size_t> faults_avoided{0};
+  std::atomic<size_t> slabs[64] = {};    // per class, now (as slab_in_use) and at most
   std::atomic<size_t> peak_slabs[64] = {};
 };
 
@@ -66,15 +68,39 @@ struct MemoryAccount {
 // until then.
 MemoryAccount peak_account();
 
+// Slab bytes owned by heaps. Heaps add theirs in batches
+// (frontend/heap_slabs.cpp) and a heap's release may be added by another
+// thread before the heap adds its adoption: slab_in_use and a class's
+// count may be briefly below zero.
+inline size_t slab_bytes() {
+  auto bytes = static_cast<int64_t>(g_global.slab_in_use.load(std::memory_order_relaxed));
+  return bytes > 0 ? static_cast<size_t>(bytes) : 0;
+}
+
 // Slow-path bookkeeping of the peaks.
-void note_slab_created(unsigned cls);
+void note_slabs_created(unsigned cls, size_t count);
 void note_in_use();
 // Memory in use: slab spans and large and huge blocks.
 inline size_t in_use_bytes() {
-  return g_global.slab_in_use.load(std::memory_order_relaxed) + g_global.large_in_use.load(std::memory_order_relaxed);
+  return slab_bytes() + g_global.large_in_use.load(std::memory_order_relaxed);
 }
 
-inline void add(std::atomic<size_t>& counter, size_t value) { counter.fetch_add(value, std::memory_order_relaxed); }
-inline void sub(std::atomic<size_t>& counter, size_t value) { counter.fetch_sub(value, std::memory_order_relaxed); }
+// The counting build's name for a counter of g_global.
+inline shared_count::Site site_of(const std::atomic<size_t>& counter) {
+  using shared_count::Site;
+  if (&counter == &g_global.slab_in_use) return Site::kStatsSlabInUse;
+  if (&counter == &g_global.large_in_use) return Site::kStatsLargeInUse;
+  if (&counter >= g_global.slabs && &counter < g_global.slabs + 64) return Site::kStatsClassSlabs;
+  return Site::kStatsMappings;
+}
+
+inline void add(std::atomic<size_t>& counter, size_t value) {
+  shared_count::atomic_rmw(site_of(counter), &counter);
+  counter.fetch_add(value, std::memory_order_relaxed);
+}
+inline void sub(std::atomic<size_t>& counter, size_t value) {
+  shared_count::atomic_rmw(site_of(counter), &counter);
+  counter.fetch_sub(value, std::memory_order_relaxed);
+}
 
 }  // namespace xalloc::stats

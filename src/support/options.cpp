@@ -67,6 +67,10 @@ const OptionSpec kSpecs[] = {
     {"LEAKS", OptionType::kBool, &g_options.leaks, "print the top allocation sites of memory live at exit"},
     {"QUARANTINE", OptionType::kCount, &g_options.quarantine,
      "secure build: later frees a freed block waits for before it can be reused (at most 256)", 256},
+#if defined(XALLOC_COUNT_SHARED)
+    {"COUNT_SHARED_AFTER_MS", OptionType::kMillis, &g_options.count_shared_after_ms,
+     "counting build: count shared writes from this many ms after start-up", uint64_t{1} << 40},
+#endif
 };
 
 bool parse_unsigned(const char* text, uint64_t* out, bool allow_suffix) {

@@ -73,6 +73,11 @@ struct Options {
   // frees of its heap before it can be reused (at most
   // secure::kQuarantineDepthMax; 0: none).
   uint64_t quarantine = 128;
+#if defined(XALLOC_COUNT_SHARED)
+  // Counting build (platform/shared_count.h): shared writes are counted
+  // from this long after start-up, the warm-up left out (0: from the start).
+  uint64_t count_shared_after_ms = 0;
+#endif
 };
 
 extern Options g_options __attribute__((visibility("hidden")));
