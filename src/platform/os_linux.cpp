@@ -38,6 +38,24 @@ inline long raw_syscall(long n, long a1 = 0, long a2 = 0, long a3 = 0, long a4 =
 
 inline bool failed(long ret) { return static_cast<unsigned long>(ret) > static_cast<unsigned long>(-4096L); }
 
+// A small file (/proc, /sys) read whole into `buf`, NUL-terminated.
+bool read_small_file(const char* path, char* buf, size_t size) {
+  int fd = open_read(path);
+  if (fd < 0) return false;
+  long n = read(fd, buf, size - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return true;
+}
+
+// The decimal number that starts at `p` (0 if none).
+uint64_t parse_decimal(const char* p) {
+  uint64_t value = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) value = value * 10 + static_cast<uint64_t>(*p - '0');
+  return value;
+}
+
 constexpr int kMapFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 }  // namespace
@@ -181,13 +199,8 @@ bool collapse_huge_pages(void* addr, size_t size) {
 
 bool transparent_huge_pages_usable() {
   if (raw_syscall(SYS_prctl, PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0) return false;
-  int fd = open_read("/sys/kernel/mm/transparent_hugepage/enabled");
-  if (fd < 0) return false;
   char buf[128];
-  long n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
+  if (!read_small_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof(buf))) return false;
   // "always [madvise] never": the bracketed word is the setting.
   return strstr(buf, "[never]") == nullptr;
 }
@@ -422,20 +435,13 @@ bool executable_path(char* buf, size_t size) {
 }
 
 uint64_t peak_resident_bytes() {
-  int fd = open_read("/proc/self/status");
-  if (fd < 0) return 0;
   char buf[2048];
-  long n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  if (!read_small_file("/proc/self/status", buf, sizeof(buf))) return 0;
   const char* p = strstr(buf, "VmHWM:");
   if (p == nullptr) return 0;
   for (p += 6; *p == ' ' || *p == '\t'; ++p) {
   }
-  uint64_t kib = 0;
-  for (; *p >= '0' && *p <= '9'; ++p) kib = kib * 10 + static_cast<uint64_t>(*p - '0');
-  return kib << 10;
+  return parse_decimal(p) << 10;
 }
 
 uint64_t resident_bytes_in(uintptr_t start, size_t bytes) {
@@ -453,18 +459,11 @@ uint64_t resident_bytes_in(uintptr_t start, size_t bytes) {
 
 uint64_t resident_bytes() {
   // The second field of /proc/self/statm, in pages.
-  int fd = open_read("/proc/self/statm");
-  if (fd < 0) return 0;
   char buf[128];
-  long n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  if (!read_small_file("/proc/self/statm", buf, sizeof(buf))) return 0;
   const char* p = buf;
   while (*p != '\0' && *p != ' ') ++p;
-  uint64_t pages = 0;
-  for (++p; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + static_cast<uint64_t>(*p - '0');
-  return pages * kOsPageSize;
+  return parse_decimal(*p == ' ' ? p + 1 : p) * kOsPageSize;
 }
 
 }  // namespace xalloc::os
