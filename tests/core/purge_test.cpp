@@ -38,7 +38,10 @@ constexpr size_t kUnkeptLarge = (xalloc::kKeptSliceBudget + 1) * kSlice;
 namespace {
 
 bool rerun_without_clock() { return xtest::rerun_in_fresh_process_with({{"XALLOC_BACKGROUND_PURGE", "0"}}); }
-bool rerun_with_clock() { return xtest::rerun_in_fresh_process_with({{"XALLOC_BACKGROUND_PURGE", "auto"}}); }
+// (Not under commit on demand, where auto starts no purger.)
+bool rerun_with_clock() {
+  return xtest::rerun_in_fresh_process_with({{"XALLOC_BACKGROUND_PURGE", "auto"}, {"XALLOC_COMMIT_ON_DEMAND", "0"}});
+}
 
 }  // namespace
 
