@@ -166,9 +166,10 @@ int exhaust_and_recover(size_t first_size, size_t second_size, Limit limit = Lim
 // Runs `body` in a fresh process (this test re-executed, so that the
 // allocator starts empty whatever earlier tests in this process did) and
 // expects it to exit 0.
-void expect_fresh_ok(const std::function<int()>& body) {
+void expect_fresh_ok(const std::function<int()>& body,
+                     const std::vector<std::pair<std::string, std::string>>& env = {}) {
   if (xtest::in_fresh_process()) xtest::finish_fresh_process(body());
-  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120);
+  auto r = xtest::run_test_in_fresh_process(xtest::current_test_name(), 120, env);
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << describe_code(r.exit_code()) << "; " << r.describe();
 }
 
@@ -212,6 +213,13 @@ TEST_F(OutOfMemory, DataLimitSmallBlocksThenLarge) {
 }
 TEST_F(OutOfMemory, DataLimitLargeBlocksThenSmall) {
   expect_fresh_ok([] { return exhaust_and_recover(500000, 2000, Limit::kDataSize); });
+}
+// Open (tests/KNOWN_BUGS.md, open bug 22): with the purger thread running
+// under a data size limit, small blocks after freed large ones recover
+// 66 of 364 MiB.
+TEST_F(OutOfMemory, DISABLED_DataLimitLargeBlocksThenSmallWithThePurger) {
+  expect_fresh_ok([] { return exhaust_and_recover(500000, 2000, Limit::kDataSize); },
+                  {{"XALLOC_BACKGROUND_PURGE", "1"}});
 }
 TEST_F(OutOfMemory, DataLimitHugeBlocksThenSmall) {
   expect_fresh_ok([] { return exhaust_and_recover(24 * kMiB, 512, Limit::kDataSize); });
