@@ -17,6 +17,15 @@ from run_results import OK, fmt_mib, fmt_num, fmt_ratio, fmt_time, geomean
 TERM = "set terminal pngcairo size {w},{h} font 'sans,10'"  # gnuplot's, for every chart
 
 
+def _geomean_ratios(an: dict, a: str, ref: str) -> tuple[float | None, float | None]:
+    """Contender `a`'s geometric-mean time and peak RSS over `ref`'s (None
+    where either is missing)."""
+    g, gr = an["geomean"][a], an["geomean"].get(ref, {})
+    t = g["time"] / gr["time"] if g["time"] and gr.get("time") else None
+    m = g["rss"] / gr["rss"] if g["rss"] and gr.get("rss") else None
+    return t, m
+
+
 class ReportWriter:
     """Charts and Markdown for Runner (run.py)."""
 
@@ -183,9 +192,7 @@ class ReportWriter:
             if a not in avail:
                 L.append(f"| {a} | missing | missing | - | - | - | - | - |")
                 continue
-            g, gr = an["geomean"][a], an["geomean"].get(ref, {})
-            t = g["time"] / gr["time"] if g["time"] and gr.get("time") else None
-            m = g["rss"] / gr["rss"] if g["rss"] and gr.get("rss") else None
+            t, m = _geomean_ratios(an, a, ref)
             p = an["pairwise"][a]
             L.append(f"| {a} | {fmt_ratio(t)} | {fmt_ratio(m)} | {fmt_ratio(p['time'])} ({p['n']}) | "
                      f"{fmt_ratio(p['rss'])} | {an['wins_time'][a]} | {an['wins_rss'][a]} | "
@@ -338,9 +345,7 @@ class ReportWriter:
             if a not in avail:
                 out.append(f"  {a:10s} {'missing':>7s}")
                 continue
-            g, gr = an["geomean"][a], an["geomean"].get(ref, {})
-            t = g["time"] / gr["time"] if g["time"] and gr.get("time") else None
-            m = g["rss"] / gr["rss"] if g["rss"] and gr.get("rss") else None
+            t, m = _geomean_ratios(an, a, ref)
             p = an["pairwise"][a]
             pw = f"{fmt_ratio(p['time'])}/{fmt_ratio(p['rss'])} ({p['n']})"
             out.append(f"  {a:10s} {fmt_ratio(t):>7s} {fmt_ratio(m):>7s}   {pw:>22s}   "
