@@ -85,7 +85,7 @@ size_t borrow_inbox(Heap* heap, Heap* owner, size_t budget, uint64_t& classes) {
   while (active != 0 && kept < budget) {
     for (FreeBlock*& list : lists) {
       FreeBlock* block = list;
-      if (block == nullptr) continue;
+      if (block == nullptr || kept >= budget) continue;
       list = remote_next(block);
       if (list == nullptr) --active;
       auto address = reinterpret_cast<uintptr_t>(block);

@@ -29,20 +29,24 @@ XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
 template <bool kForReuse>
 void drain_inbox(Heap* heap) {
   heap->inbox_bytes.store(0, std::memory_order_relaxed);
+  FreeBlock* taken[kLanes];
+  if (inbox_take(heap, taken, !kForReuse) == 0) return;
+  // The lanes that hold blocks, side by side: their next blocks are loaded
+  // independently, so their cache misses overlap.
   FreeBlock* lists[kLanes];
-  size_t active = inbox_take(heap, lists);
-  // The lanes side by side: their next blocks are loaded independently.
+  size_t active = 0;
+  for (FreeBlock* list : taken)
+    if (list != nullptr) lists[active++] = list;
   while (active != 0) {
-    for (FreeBlock*& list : lists) {
-      FreeBlock* block = list;
-      if (block == nullptr) continue;
-      list = remote_next(block);
-      if (list == nullptr) --active;
+    for (size_t i = 0; i < active;) {
+      FreeBlock* block = lists[i];
+      FreeBlock* next = remote_next(block);
       return_block<kForReuse>(heap, block);
+      if (next != nullptr) lists[i++] = next;
+      else lists[i] = lists[--active];
     }
   }
 }
-
 
 }  // namespace
 

@@ -20,20 +20,27 @@ inline bool inbox_pending(const Heap* heap) {
   return any != 0;
 }
 
-// Takes every lane of `heap`'s inbox into `lists`; returns how many were
+// Takes the lanes of `heap`'s inbox into `lists`; returns how many were
 // not empty. acq_rel: see the senders' links, and let a sender that pushes
-// after this see whether the heap was orphaned (thread_heap_teardown).
-inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes]) {
+// after this see whether the heap was orphaned (thread_heap_teardown):
+// that takes an exchange on every lane, which the final drain asks for
+// with `every_lane`. Otherwise a lane that reads empty is left alone, and
+// the drain writes only the lines of lanes that hold blocks.
+inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes], bool every_lane = false) {
   size_t active = 0;
   for (size_t lane = 0; lane < kLanes; ++lane) {
-    shared_count::atomic_rmw(shared_count::Site::kInboxTake, &heap->inbox[lane]);
-    lists[lane] = heap->inbox[lane].exchange(nullptr, std::memory_order_acq_rel);
+    std::atomic<FreeBlock*>& inbox = heap->inbox[lane];
+    lists[lane] = nullptr;
+    if (!every_lane && inbox.load(std::memory_order_relaxed) == nullptr) continue;
+    shared_count::atomic_rmw(shared_count::Site::kInboxTake, &inbox);
+    lists[lane] = inbox.exchange(nullptr, std::memory_order_acq_rel);
     if (lists[lane] != nullptr) ++active;
   }
   return active;
 }
 
-// Returns inbox blocks to their slabs.
+// Returns inbox blocks to their slabs (every lane: the final drain of an
+// exiting thread is one).
 void heap_drain_inbox(Heap* heap);
 // The owner's drain before it allocates: in secure mode the blocks wait in
 // the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.

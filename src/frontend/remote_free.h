@@ -42,8 +42,10 @@ constexpr size_t kOutboxSlots = 16;  // destinations a send links lists for at o
 // blocks (consecutive frees for one owner) on one lane. The owner walks
 // the lanes side by side when it drains: a linked list costs a cache miss
 // per block, one after the other, and independent lists let those misses
-// overlap.
-constexpr size_t kLanes = 4;
+// overlap. (A batch built by one thread and freed by ten, drained by its
+// builder: with 4 lanes the drain was 2/3 of the building's time, with 16
+// it builds in 0.7x the time; 32 gained little more.)
+constexpr size_t kLanes = 16;
 
 // Lists of blocks on their way to their owner run through the blocks'
 // `next` words (encoded with the process secret in secure mode).

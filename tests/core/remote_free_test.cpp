@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -59,6 +60,14 @@ bool on_its_slabs_free_list(void* block) {
     ++walked;
   }
   return false;
+}
+
+// The block of `blocks` in `slab` at the highest address.
+void* slab_last_block(const std::vector<void*>& blocks, const xalloc::Page* slab) {
+  void* last = nullptr;
+  for (void* p : blocks)
+    if (xalloc::lookup_page(reinterpret_cast<uintptr_t>(p)) == slab && (last == nullptr || p > last)) last = p;
+  return last;
 }
 
 // Entries of `heap`'s direct table that point at a slab (not at the empty one).
@@ -123,6 +132,65 @@ TEST(RemoteFree, FreedBlocksGoToTheOwnersInboxABatchAtATime) {
     for (size_t i = 0; i < freed; ++i) back += on_its_slabs_free_list(blocks[i]);
     EXPECT_EQ(back, freed) << "blocks freed by another thread are not on their slab's free list after the drain";
     for (size_t i = freed; i < blocks.size(); ++i) xalloc_free(blocks[i]);
+  });
+}
+
+// The blocks of a slab freed by another thread come back to its free list
+// in the order they were freed: the sender puts all the runs of a slab on
+// one lane of the owner's inbox, and the drain walks each lane in order.
+// (Dealt out to several lanes, they come back interleaved, and a thread
+// that allocates them again walks its slab out of order.)
+TEST(RemoteFree, ASlabsBlocksComeBackInTheOrderTheyWereFreed) {
+  constexpr size_t kSize = 64;
+  constexpr size_t kSlabs = 2;
+  xtest::StepThread owner;
+  std::vector<void*> blocks;
+  std::vector<const xalloc::Page*> slabs;
+  owner.run([&] {
+    // Whole slabs: until kSlabs + 1 slabs hold blocks (the last one apart).
+    for (;;) {
+      void* p = xalloc_malloc(kSize);
+      const xalloc::Page* slab = xalloc::lookup_page(reinterpret_cast<uintptr_t>(p));
+      if (slabs.empty() || slabs.back() != slab) slabs.push_back(slab);
+      if (slabs.size() > kSlabs) {
+        xalloc_free(p);
+        break;
+      }
+      blocks.push_back(p);
+    }
+  });
+  ASSERT_EQ(slabs.size(), kSlabs + 1);
+  // One block of each slab stays, so that it keeps its free list.
+  std::vector<void*> freed;
+  for (void* p : blocks)
+    if (p != slab_last_block(blocks, xalloc::lookup_page(reinterpret_cast<uintptr_t>(p)))) freed.push_back(p);
+  std::sort(freed.begin(), freed.end());
+  std::thread([&] {
+    // In address order, a batch a send, each slab's blocks in sends of
+    // their own (a run that crosses into the next slab goes on the lane of
+    // the slab it starts in).
+    for (size_t i = 0; i < freed.size(); ++i) {
+      xalloc_free(freed[i]);
+      if (i + 1 == freed.size() || xalloc::lookup_page(reinterpret_cast<uintptr_t>(freed[i + 1])) !=
+                                        xalloc::lookup_page(reinterpret_cast<uintptr_t>(freed[i])))
+        xalloc_thread_collect();
+    }
+  }).join();
+  owner.run([&] {
+    xalloc_thread_collect();  // drains the inbox
+    for (size_t i = 0; i < kSlabs; ++i) {
+      const xalloc::Page* slab = slabs[i];
+      size_t listed = 0;
+      const xalloc::FreeBlock* previous = nullptr;
+      for (const xalloc::FreeBlock* b = slab->free; b != nullptr; b = xalloc::next_free(slab, b), ++listed) {
+        EXPECT_TRUE(previous == nullptr || b > previous) << "slab " << i << ": block " << listed << " out of order";
+        previous = b;
+        if (listed > slab->capacity()) break;
+      }
+      EXPECT_EQ(listed, slab->capacity() - 1u) << "slab " << i;
+    }
+    for (void* p : blocks)
+      if (!std::binary_search(freed.begin(), freed.end(), p)) xalloc_free(p);
   });
 }
 
