@@ -52,7 +52,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   uintptr_t map_index = segment_map_index(address);
   if (XALLOC_LIKELY(segment_map_entry_at(map_index) == kMapSegmentHead)) {
-    Page* page = page_of(segment_at_index(map_index), address);
+    Page* page = page_at_index(map_index, address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
     if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
