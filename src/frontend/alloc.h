@@ -24,13 +24,16 @@
 namespace xalloc {
 
 // Out-of-line paths (alloc.cpp). They set errno to ENOMEM on failure.
-void* alloc_generic(Heap* heap, size_t size);
-void free_generic(void* ptr, Caller caller);
+// They are noexcept, as is every call the inline paths make (the core is
+// built without exceptions): operator delete, built with them, may then
+// jump to them where it would set up a frame to call them from.
+void* alloc_generic(Heap* heap, size_t size) noexcept;
+void free_generic(void* ptr, Caller caller) noexcept;
 // Every free of a block in a segment that the inline path does not finish
 // (`heap` is the calling thread's): another thread's slab block (staged
 // for its owner, remote_free.h, whose drain quarantines it in secure
 // mode), a large or huge block, or misuse (reported).
-void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap);
+void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) noexcept;
 
 // (In secure mode every block ends in a canary: the request grows by its
 // size, checked for overflow only on the way out of line.)
@@ -65,7 +68,7 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
 }
 
 // Aligned blocks that need more than alloc() gives (alloc.cpp).
-void* alloc_aligned_generic(size_t size, size_t alignment);
+void* alloc_aligned_generic(size_t size, size_t alignment) noexcept;
 
 // An aligned small block: the smallest class whose size is a multiple of
 // the alignment (aligned_class_of), popped from what serves that class -
