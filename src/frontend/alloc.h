@@ -35,9 +35,20 @@ void free_generic(void* ptr, Caller caller) noexcept;
 // mode), a large or huge block, or misuse (reported).
 void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) noexcept;
 
-// (In secure mode every block ends in a canary: the request grows by its
-// size, checked for overflow only on the way out of line.)
-XALLOC_INLINE void* alloc(size_t size) {
+// alloc() above kMaxSmallSize, out of line. (In secure mode every block
+// ends in a canary: the request grows by its size, checked for overflow
+// only here.)
+XALLOC_INLINE void* alloc_beyond_small(Heap* heap, size_t size) {
+  if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
+  return alloc_generic(heap, size);
+}
+
+// alloc() with its two ways out of line named by the caller: `refill(heap,
+// class, size)` when the class's list is empty, `beyond(heap, size)` above
+// kMaxSmallSize. For entry points with a slow path of their own (operator
+// new): a call on their fast path would make them save the size across it.
+template <typename Refill, typename Beyond>
+XALLOC_INLINE void* alloc_or(size_t size, Refill refill, Beyond beyond) {
   shared_count::malloc_done();
   Heap* heap = t_heap;
   if (XALLOC_LIKELY(size <= kMaxSmallSize - secure::kCanaryBytes)) {
@@ -45,10 +56,15 @@ XALLOC_INLINE void* alloc(size_t size) {
     Page* page = __atomic_load_n(&heap->direct[granule], __ATOMIC_RELAXED);
     FreeBlock* block = page->free;
     if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
-    return heap_alloc_slow(heap, kGranuleClass[granule], true, size);
+    return refill(heap, kGranuleClass[granule], size);
   }
-  if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
-  return alloc_generic(heap, size);
+  return beyond(heap, size);
+}
+
+XALLOC_INLINE void* alloc(size_t size) {
+  return alloc_or(
+      size, [](Heap* heap, unsigned cls, size_t bytes) { return heap_alloc_slow(heap, cls, true, bytes); },
+      alloc_beyond_small);
 }
 
 XALLOC_INLINE void free(void* ptr, Caller caller) {
