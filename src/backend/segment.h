@@ -137,7 +137,7 @@ static_assert(kPageSlotStride < (uintptr_t{1} << 31), "an imul immediate");
 inline Page* page_at_index(uintptr_t map_index, uintptr_t address) {
   uintptr_t scaled;
 #if defined(__x86_64__)
-  asm("imulq %2, %1, %0" : "=r"(scaled) : "rm"(map_index), "i"(kPageSlotStride));
+  asm("imulq %2, %1, %0" : "=r"(scaled) : "r"(map_index), "i"(kPageSlotStride));
 #else
   scaled = map_index * kPageSlotStride;
 #endif
