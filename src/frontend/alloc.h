@@ -27,20 +27,20 @@ namespace xalloc {
 // They are noexcept, as is every call the inline paths make (the core is
 // built without exceptions): operator delete, built with them, may then
 // jump to them where it would set up a frame to call them from.
-void* alloc_generic(Heap* heap, size_t size) noexcept;
+void* alloc_generic(size_t size, Heap* heap) noexcept;
 void free_generic(void* ptr, Caller caller) noexcept;
 // Every free of a block in a segment that the inline path does not finish
 // (`heap` is the calling thread's): another thread's slab block (staged
 // for its owner, remote_free.h, whose drain quarantines it in secure
 // mode), a large or huge block, or misuse (reported).
-void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) noexcept;
+void free_not_local(void* ptr, Page* page, Caller caller, Heap* heap) noexcept;
 
 // alloc() above kMaxSmallSize, out of line. (In secure mode every block
 // ends in a canary: the request grows by its size, checked for overflow
 // only here.)
 XALLOC_INLINE void* alloc_beyond_small(Heap* heap, size_t size) {
   if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
-  return alloc_generic(heap, size);
+  return alloc_generic(size, heap);
 }
 
 // alloc() with its two ways out of line named by the caller: `refill(heap,
@@ -74,11 +74,11 @@ XALLOC_INLINE void free(void* ptr, Caller caller) {
     Page* page = page_at_index(map_index, address);
     Heap* heap = t_heap;
     auto* block = static_cast<FreeBlock*>(ptr);
-    if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(page, ptr, caller, heap);
+    if (XALLOC_UNLIKELY(page->owner != heap)) return free_not_local(ptr, page, caller, heap);
     if (XALLOC_LIKELY(slab_check_and_mark(page, block, page->carved_limit))) {
       return heap_free_owned(heap, page, block);
     }
-    return free_not_local(page, ptr, caller, heap);
+    return free_not_local(ptr, page, caller, heap);
   }
   free_generic(ptr, caller);
 }
