@@ -107,8 +107,8 @@ XALLOC_NOINLINE void* new_refill(Heap* heap, unsigned cls, size_t size) {
   return new_slow(size, 0);
 }
 
-XALLOC_NOINLINE void* new_beyond_small(Heap* heap, size_t size) {
-  void* block = alloc_beyond_small(heap, size);
+XALLOC_NOINLINE void* new_beyond_small(size_t size, Heap* heap) {
+  void* block = alloc_beyond_small(size, heap);
   if (XALLOC_LIKELY(block != nullptr)) return block;
   return new_slow(size, 0);
 }
@@ -128,8 +128,8 @@ XALLOC_NOINLINE void* new_nothrow_refill(Heap* heap, unsigned cls, size_t size) 
   return new_nothrow_slow(size, 0);
 }
 
-XALLOC_NOINLINE void* new_nothrow_beyond_small(Heap* heap, size_t size) noexcept {
-  void* block = alloc_beyond_small(heap, size);
+XALLOC_NOINLINE void* new_nothrow_beyond_small(size_t size, Heap* heap) noexcept {
+  void* block = alloc_beyond_small(size, heap);
   if (XALLOC_LIKELY(block != nullptr)) return block;
   return new_nothrow_slow(size, 0);
 }

@@ -38,13 +38,13 @@ void free_not_local(void* ptr, Page* page, Caller caller, Heap* heap) noexcept;
 // alloc() above kMaxSmallSize, out of line. (In secure mode every block
 // ends in a canary: the request grows by its size, checked for overflow
 // only here.)
-XALLOC_INLINE void* alloc_beyond_small(Heap* heap, size_t size) {
+XALLOC_INLINE void* alloc_beyond_small(size_t size, Heap* heap) {
   if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   return alloc_generic(size, heap);
 }
 
 // alloc() with its two ways out of line named by the caller: `refill(heap,
-// class, size)` when the class's list is empty, `beyond(heap, size)` above
+// class, size)` when the class's list is empty, `beyond(size, heap)` above
 // kMaxSmallSize. For entry points with a slow path of their own (operator
 // new): a call on their fast path would make them save the size across it.
 template <typename Refill, typename Beyond>
@@ -58,7 +58,7 @@ XALLOC_INLINE void* alloc_or(size_t size, Refill refill, Beyond beyond) {
     if (XALLOC_LIKELY(block != nullptr)) return slab_pop(page, block);
     return refill(heap, kGranuleClass[granule], size);
   }
-  return beyond(heap, size);
+  return beyond(size, heap);
 }
 
 XALLOC_INLINE void* alloc(size_t size) {
