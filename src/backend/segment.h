@@ -128,10 +128,10 @@ inline Page* page_of(const Segment* segment, uintptr_t address) { return *page_s
 // segment map's index in a register: the slice-map entry lies at base +
 // ((address - base) >> kSliceShift) * 8, and with base = map_index <<
 // kSegmentShift that is map_index * kPageSlotStride + (address >>
-// kSliceShift) * 8. One multiplication and a shift into the load's scaled
-// index, where the base and the slice took four instructions. (The
-// multiplication is written out: the compiler would turn it back into
-// shifts and a subtraction.)
+// kSliceShift) * 8: one multiplication and a shift into the load's scaled
+// index (the base and the slice from it are four instructions). The
+// multiplication is written out: the compiler would turn it into shifts
+// and a subtraction.
 inline constexpr uintptr_t kPageSlotStride = kSegmentSize - kSlicesPerSegment * sizeof(Page*);
 static_assert(kPageSlotStride < (uintptr_t{1} << 31), "an imul immediate");
 inline Page* page_at_index(uintptr_t map_index, uintptr_t address) {

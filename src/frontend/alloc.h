@@ -35,9 +35,9 @@ void free_generic(void* ptr, Caller caller) noexcept;
 // mode), a large or huge block, or misuse (reported).
 void free_not_local(void* ptr, Page* page, Caller caller, Heap* heap) noexcept;
 
-// alloc() above kMaxSmallSize, out of line. (In secure mode every block
-// ends in a canary: the request grows by its size, checked for overflow
-// only here.)
+// What alloc() does above kMaxSmallSize. (In secure mode every block ends
+// in a canary: the request grows by its size, checked for overflow only
+// here, out of the fast path.)
 XALLOC_INLINE void* alloc_beyond_small(size_t size, Heap* heap) {
   if (secure::kEnabled && __builtin_add_overflow(size, secure::kCanaryBytes, &size)) size = SIZE_MAX;
   return alloc_generic(size, heap);
