@@ -98,11 +98,27 @@ XALLOC_NOINLINE void* new_nothrow_slow(size_t size, size_t alignment) noexcept {
   }
 }
 
-XALLOC_INLINE void* new_impl(size_t size) {
-  void* block = alloc(size);
+// The ways out of line of operator new's malloc path (alloc_or): with the
+// calls that must keep the size here, the inline part calls nothing and
+// saves no register (3 instructions fewer per small `new`). The nothrow
+// forms end in new_nothrow_slow.
+template <bool kNothrow>
+XALLOC_NOINLINE void* new_refill(Heap* heap, unsigned cls, size_t size) noexcept(kNothrow) {
+  void* block = heap_alloc_slow(heap, cls, true, size);
   if (XALLOC_LIKELY(block != nullptr)) return block;
+  if constexpr (kNothrow) return new_nothrow_slow(size, 0);
   return new_slow(size, 0);
 }
+
+template <bool kNothrow>
+XALLOC_NOINLINE void* new_beyond_small(size_t size, Heap* heap) noexcept(kNothrow) {
+  void* block = alloc_beyond_small(size, heap);
+  if (XALLOC_LIKELY(block != nullptr)) return block;
+  if constexpr (kNothrow) return new_nothrow_slow(size, 0);
+  return new_slow(size, 0);
+}
+
+XALLOC_INLINE void* new_impl(size_t size) { return alloc_or(size, new_refill<false>, new_beyond_small<false>); }
 
 XALLOC_INLINE void* new_aligned_impl(size_t size, std::align_val_t alignment) {
   auto a = static_cast<size_t>(alignment);
@@ -112,9 +128,7 @@ XALLOC_INLINE void* new_aligned_impl(size_t size, std::align_val_t alignment) {
 }
 
 XALLOC_INLINE void* new_nothrow_impl(size_t size) noexcept {
-  void* block = alloc(size);
-  if (XALLOC_LIKELY(block != nullptr)) return block;
-  return new_nothrow_slow(size, 0);
+  return alloc_or(size, new_refill<true>, new_beyond_small<true>);
 }
 
 XALLOC_INLINE void* new_aligned_nothrow_impl(size_t size, std::align_val_t alignment) noexcept {

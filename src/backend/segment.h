@@ -96,8 +96,8 @@ enum : uint8_t {
 
 extern uint8_t g_segment_map[kSegmentMapEntries];
 
-// The segment map's index of `address`; an index is also the base of its
-// granule shifted right (segment_at_index).
+// The segment map's index of `address`: the base of its granule shifted
+// right (page_at_index).
 inline uintptr_t segment_map_index(uintptr_t address) { return address >> kSegmentShift; }
 
 inline uint8_t segment_map_entry_at(uintptr_t index) {
@@ -116,14 +116,6 @@ inline uint8_t segment_map_entry(uintptr_t address) { return segment_map_entry_a
 // The header of the segment whose mapping starts at `base`.
 inline Segment* segment_at(uintptr_t base) { return reinterpret_cast<Segment*>(base + kSegmentHeaderOffset); }
 inline Segment* segment_of(uintptr_t address) { return segment_at(address & ~kSegmentMask); }
-// The free path has the index in a register already: shifting it back
-// costs one instruction where masking a copy of the address costs two. (The
-// empty asm hides that the index came from the address, which would let the
-// compiler turn the shift back into the mask.)
-inline Segment* segment_at_index(uintptr_t map_index) {
-  asm("" : "+r"(map_index));
-  return segment_at(map_index << kSegmentShift);
-}
 
 // The slice-map entry of the slice holding `address`.
 inline Page* const* page_slot_of(const Segment* segment, uintptr_t address) {
@@ -131,6 +123,28 @@ inline Page* const* page_slot_of(const Segment* segment, uintptr_t address) {
 }
 
 inline Page* page_of(const Segment* segment, uintptr_t address) { return *page_slot_of(segment, address); }
+
+// page_of(segment_of(address), address) for the free path, which has the
+// segment map's index in a register: the slice-map entry lies at base +
+// ((address - base) >> kSliceShift) * 8, and with base = map_index <<
+// kSegmentShift that is map_index * kPageSlotStride + (address >>
+// kSliceShift) * 8: one multiplication and a shift into the load's scaled
+// index (the base and the slice from it are four instructions). The
+// multiplication is written out: the compiler would turn it into shifts
+// and a subtraction.
+inline constexpr uintptr_t kPageSlotStride = kSegmentSize - kSlicesPerSegment * sizeof(Page*);
+static_assert(kPageSlotStride < (uintptr_t{1} << 31), "an imul immediate");
+inline Page* page_at_index(uintptr_t map_index, uintptr_t address) {
+  uintptr_t scaled;
+#if defined(__x86_64__)
+  asm("imulq %2, %1, %0" : "=r"(scaled) : "r"(map_index), "i"(kPageSlotStride));
+#else
+  scaled = map_index * kPageSlotStride;
+#endif
+  uintptr_t slot = scaled + kSegmentHeaderOffset + offsetof(Segment, page_of_slice) +
+                   (address >> kSliceShift) * sizeof(Page*);
+  return *reinterpret_cast<Page* const*>(slot);
+}
 
 // Null when xalloc does not own the address (or it lies in a huge tail).
 inline Page* lookup_page(uintptr_t address) {

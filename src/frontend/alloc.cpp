@@ -215,7 +215,7 @@ XALLOC_NOINLINE void* alloc_beyond_slabs(Heap* heap, size_t size) {
 
 // The thread without a heap reads g_empty_page's empty list and so takes
 // the slow path, which also answers for watched allocations.
-void* alloc_generic(Heap* heap, size_t size) {
+void* alloc_generic(size_t size, Heap* heap) noexcept {
   if (XALLOC_LIKELY(size <= kMaxSlabSize)) {
     unsigned cls = medium_class_of(size);
     Page* page = heap->serving[cls];
@@ -226,14 +226,14 @@ void* alloc_generic(Heap* heap, size_t size) {
   return alloc_beyond_slabs(heap, size);
 }
 
-void free_generic(void* ptr, Caller caller) {
+void free_generic(void* ptr, Caller caller) noexcept {
   auto address = reinterpret_cast<uintptr_t>(ptr);
   if (segment_map_entry(address) != kMapSegmentHead) {
     if (ptr != nullptr) free_foreign(ptr, caller);
     return;
   }
   Segment* segment = segment_of(address);
-  free_not_local(page_of(segment, address), ptr, caller, t_heap);
+  free_not_local(ptr, page_of(segment, address), caller, t_heap);
 }
 
 // The common case is another thread's slab block, kept to as few
@@ -247,7 +247,7 @@ void free_generic(void* ptr, Caller caller) {
 // malloc) and pass it. The place check runs in every build; only the
 // marker is XALLOC_MISUSE_CHECKS's. A thread without a heap stages nothing
 // (g_empty_heap's stage is always full): outbox_add_full gives it one.
-void free_not_local(Page* page, void* ptr, Caller caller, Heap* heap) {
+void free_not_local(void* ptr, Page* page, Caller caller, Heap* heap) noexcept {
   auto* block = static_cast<FreeBlock*>(ptr);
   Heap* owner = page->owner;
   // Only slabs have owners; a slab without one is in the slab pool, where
@@ -278,7 +278,7 @@ void* alloc_zeroed(size_t size) {
   return huge_alloc(size, 0, true);
 }
 
-void* alloc_aligned_generic(size_t size, size_t alignment) {
+void* alloc_aligned_generic(size_t size, size_t alignment) noexcept {
   if (alignment <= kMinAlignment) return alloc(size);
   shared_count::malloc_done();
   Heap* heap = t_heap;

@@ -341,7 +341,7 @@ void settle_uncurrent(Heap* heap, Page* page) {
   }
 }
 
-void heap_on_needed_zero(Heap* heap, Page* page) {
+void heap_on_needed_zero(Heap* heap, Page* page) noexcept {
   switch (page->state()) {
     case SlabState::kPartial:
       partial_remove(heap, page);

@@ -15,7 +15,7 @@ namespace xalloc {
 constexpr uint32_t kCurrentLifetime = 256;
 static_assert((kCurrentLifetime & (kCurrentLifetime - 1)) == 0, "heap_periodic masks slow_calls with it");
 
-void heap_on_needed_zero(Heap* heap, Page* page);
+void heap_on_needed_zero(Heap* heap, Page* page) noexcept;
 
 // Frees `block`, a checked and marked block of `page`, which `heap` owns,
 // for real: back on the slab's free list, and the slab's slow path when

@@ -32,7 +32,7 @@ Quarantine::Slot* quarantine_end(const Heap* heap) {
 
 // The free that finds the filling half full: frees the other half's blocks
 // (a lap old) and fills that half next.
-void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block) {
+void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block) noexcept {
   Quarantine::Slot* begin = heap->quarantine.slots;
   Quarantine::Slot* mid = heap->quarantine.mid;
   if (mid == begin) return slab_free_block(heap, page, block);  // no quarantine
@@ -65,7 +65,7 @@ void quarantine_flush(Heap* heap) {
   heap->quarantine.turn = mid;
 }
 #else
-void quarantine_swap_halves(Heap*, Page*, FreeBlock*) {}
+void quarantine_swap_halves(Heap*, Page*, FreeBlock*) noexcept {}
 void quarantine_flush(Heap*) {}
 #endif
 

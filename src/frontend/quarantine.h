@@ -9,7 +9,7 @@ namespace xalloc {
 
 // Secure mode: `block`, a checked and marked block of `page`, which `heap`
 // owns, waits in the heap's quarantine before it is freed for real.
-void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block);
+void quarantine_swap_halves(Heap* heap, Page* page, FreeBlock* block) noexcept;
 XALLOC_INLINE void quarantine_add(Heap* heap, Page* page, FreeBlock* block) {
 #if XALLOC_SECURE
   Quarantine::Slot* slot = heap->quarantine.next;

@@ -76,7 +76,7 @@ void* heap_switch_slab(Heap* heap, unsigned cls) {
   return slab_pop(next, next->free);
 }
 
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct, size_t size) {
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct, size_t size) noexcept {
   if (void* block = heap_switch_slab(heap, cls)) return block;
   if (from_direct && heap->windows != nullptr) return window_alloc(heap, cls);
   // Counted small allocations (statistics) come here every time: count, and

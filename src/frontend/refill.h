@@ -23,7 +23,7 @@ void* heap_switch_slab(Heap* heap, unsigned cls);
 // The slow path of the inline fast paths in alloc.h.
 // `from_direct`: called by alloc() for a small size of `size` bytes
 // (watched allocations are counted and sampled there).
-void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false, size_t size = 0);
+void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct = false, size_t size = 0) noexcept;
 // A zeroed block of class `cls`: blocks carved from memory fresh from the
 // OS are already zero but for the free-list words carving wrote.
 void* heap_alloc_zeroed(Heap* heap, unsigned cls, size_t size);

@@ -46,8 +46,8 @@ TEST(Segment, BlocksFindTheirSegmentAndSpan) {
     EXPECT_EQ(segment->base() % xalloc::kSegmentSize, 0u);
     EXPECT_LE(segment->base(), address);
     EXPECT_LT(address, segment->base() + xalloc::kSegmentSize);
-    EXPECT_EQ(xalloc::segment_at_index(xalloc::segment_map_index(address)), segment);
     const xalloc::Page* span = xalloc::page_of(segment, address);
+    EXPECT_EQ(xalloc::page_at_index(xalloc::segment_map_index(address), address), span);
     EXPECT_EQ(xalloc::lookup_page(address), span);
     EXPECT_EQ(span->kind(), c.kind);
     // The descriptor is the one of the span's first slice, in the header.
@@ -64,6 +64,7 @@ TEST(Segment, BlocksFindTheirSegmentAndSpan) {
       EXPECT_EQ(span->start, address);
       EXPECT_GE(span->large_usable, c.size);
       EXPECT_EQ(xalloc::page_of(segment, address + c.size - 1), span) << "the block's last byte";
+      EXPECT_EQ(xalloc::page_at_index(xalloc::segment_map_index(address), address + c.size - 1), span);
     }
     xalloc_free(p);
   }
