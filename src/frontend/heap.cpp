@@ -82,10 +82,11 @@ void heap_grow_up(Heap* heap) {
 
 void heap_serve(Heap* heap, unsigned cls) { heap_set_current(heap, cls, heap->current[cls]); }
 
-void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage) {
+void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage, OutboxLinks* links) {
   new (heap) Heap(Heap::EmptyTag{});
   heap->outbox.stage = heap->outbox.stage_next = stage;
   heap->outbox.stage_end = stage + kStageSlots;
+  heap->outbox.links = links;
   heap->outbox.budget = g_options.remote_batch_bytes;
   heap->thread_id = thread_id;
 #if XALLOC_SECURE

@@ -255,9 +255,9 @@ extern Heap g_empty_heap __attribute__((visibility("hidden")));
 // The calling thread's heap. Initial-exec TLS: one instruction to read.
 extern __thread Heap* t_heap;
 
-// Constructs a heap in `heap`, with `stage` (kStageSlots entries) as its
-// outbox's stage.
-void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage);
+// Constructs a heap in `heap`, with `stage` (kStageSlots entries) and
+// `links` (all null) as its outbox's.
+void heap_init(Heap* heap, uint64_t thread_id, StagedBlock* stage, OutboxLinks* links);
 
 // Points the direct table (small classes) and the serving table at what
 // serves `cls` now: the class's borrowed list while it has blocks (borrow.h),

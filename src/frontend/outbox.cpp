@@ -12,13 +12,13 @@ namespace xalloc {
 
 namespace {
 
-void send_slot(Outbox& outbox, size_t slot) {
+void send_slot(OutboxLinks& links, size_t slot) {
   for (size_t lane = 0; lane < kLanes; ++lane) {
-    if (outbox.head[slot][lane] == nullptr) continue;
+    if (links.head[slot][lane] == nullptr) continue;
     // The slot's bytes count once, with its first lane.
-    inbox_push(outbox.dest[slot], lane, outbox.head[slot][lane], outbox.tail[slot][lane], outbox.slot_bytes[slot]);
-    outbox.slot_bytes[slot] = 0;
-    outbox.head[slot][lane] = outbox.tail[slot][lane] = nullptr;
+    inbox_push(links.dest[slot], lane, links.head[slot][lane], links.tail[slot][lane], links.slot_bytes[slot]);
+    links.slot_bytes[slot] = 0;
+    links.head[slot][lane] = links.tail[slot][lane] = nullptr;
   }
 }
 
@@ -28,9 +28,10 @@ size_t slot_for(Outbox& outbox, Heap* dest) {
   // Heaps are at least 64-byte aligned; mix the bits above that.
   uint64_t h = (reinterpret_cast<uintptr_t>(dest) >> 6) * 0x9E3779B97F4A7C15ull;
   size_t slot = static_cast<size_t>(h >> 60) & (kOutboxSlots - 1);
-  if (outbox.dest[slot] != dest) {
-    if (outbox.dest[slot] != nullptr) send_slot(outbox, slot);
-    outbox.dest[slot] = dest;
+  OutboxLinks& links = *outbox.links;
+  if (links.dest[slot] != dest) {
+    if (links.dest[slot] != nullptr) send_slot(links, slot);
+    links.dest[slot] = dest;
     outbox.used_slots |= uint32_t{1} << slot;
   }
   return slot;
@@ -53,14 +54,15 @@ size_t size_of(StagedBlock staged) { return kClassSize[staged.owner_and_class & 
 // dealt block by block, 2.4x with runs by their first page on 16 lanes.)
 void link_run(Outbox& outbox, size_t slot, const StagedBlock* run, size_t count, size_t bytes) {
   size_t lane = (reinterpret_cast<uintptr_t>(run[0].block) >> kSliceShift) & (kLanes - 1);
-  FreeBlock* head = outbox.head[slot][lane];
-  if (head == nullptr) outbox.tail[slot][lane] = run[0].block;
+  OutboxLinks& links = *outbox.links;
+  FreeBlock* head = links.head[slot][lane];
+  if (head == nullptr) links.tail[slot][lane] = run[0].block;
   for (size_t i = 0; i < count; ++i) {
     set_remote_next(run[i].block, head);
     head = run[i].block;
   }
-  outbox.head[slot][lane] = head;
-  outbox.slot_bytes[slot] += bytes;
+  links.head[slot][lane] = head;
+  links.slot_bytes[slot] += bytes;
   outbox.blocks += count;
 }
 
@@ -125,8 +127,8 @@ void outbox_flush(Outbox& outbox) {
   // looking at empty ones.
   for (uint32_t used = outbox.used_slots; used != 0; used &= used - 1) {
     auto slot = static_cast<size_t>(std::countr_zero(used));
-    send_slot(outbox, slot);
-    outbox.dest[slot] = nullptr;
+    send_slot(*outbox.links, slot);
+    outbox.links->dest[slot] = nullptr;
   }
   outbox.used_slots = 0;
   outbox.stage_next = outbox.stage;

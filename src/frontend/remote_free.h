@@ -70,6 +70,17 @@ struct StagedBlock {
 constexpr uintptr_t kStagedClassMask = 63;
 static_assert(kNumClasses <= kStagedClassMask + 1);
 
+// While sending: the lists of each destination slot, one per lane, run
+// head to tail. Beside the stage, not in the heap, for the same reason:
+// a new heap's constructor writes none of it (4 KiB). Between sends it is
+// all null, as the fresh memory it starts in: a send clears what it used.
+struct OutboxLinks {
+  Heap* dest[kOutboxSlots];
+  FreeBlock* head[kOutboxSlots][kLanes];
+  FreeBlock* tail[kOutboxSlots][kLanes];
+  size_t slot_bytes[kOutboxSlots];
+};
+
 struct Outbox {
   // Blocks freed since the last send, marked free but not linked yet:
   // [stage, stage_next), in an array of kStageSlots next to the heap
@@ -81,18 +92,15 @@ struct Outbox {
   StagedBlock* stage = nullptr;
   StagedBlock* stage_next = nullptr;
   StagedBlock* stage_end = nullptr;
+  OutboxLinks* links = nullptr;  // given with the stage
   // Bytes that may still be staged before a send: XALLOC_REMOTE_BATCH
   // after heap_init and after each send.
   size_t budget = 0;
   size_t blocks = 0;  // ever sent (statistics)
-  // While sending: the lists of a slot, one per lane, run head to tail;
-  // `used_slots` has a bit set for each slot that holds a destination.
+  // While sending: a bit set for each slot of `links` that holds a
+  // destination.
   uint32_t used_slots = 0;
   static_assert(kOutboxSlots <= 32);
-  Heap* dest[kOutboxSlots] = {};
-  FreeBlock* head[kOutboxSlots][kLanes] = {};
-  FreeBlock* tail[kOutboxSlots][kLanes] = {};
-  size_t slot_bytes[kOutboxSlots] = {};
 };
 
 // Pending inbox bytes past which a sender asks the owner to drain.

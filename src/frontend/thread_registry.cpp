@@ -44,12 +44,14 @@ Heap* new_heap_locked() {
     g_heap_chunk_left = kHeapChunkBytes;
   }
   auto* heap = reinterpret_cast<Heap*>(g_heap_chunk);
-  // heap_init writes the heap (not its stage, written by remote frees
-  // only): its pages resident in one call (os.h).
+  // heap_init writes the heap (not its stage and links, written by remote
+  // frees only): its pages resident in one call (os.h).
   os::populate(heap, sizeof(Heap));
+  auto* stage = reinterpret_cast<StagedBlock*>(g_heap_chunk + kHeapStructBytes);
+  auto* links = reinterpret_cast<OutboxLinks*>(g_heap_chunk + kHeapStructBytes + kStageBytes);
   g_heap_chunk += kHeapBytes;
   g_heap_chunk_left -= kHeapBytes;
-  heap_init(heap, 0, reinterpret_cast<StagedBlock*>(g_heap_chunk - kStageSlots * sizeof(StagedBlock)));
+  heap_init(heap, 0, stage, links);
   heap->next_in_registry = g_all_heaps.load(std::memory_order_relaxed);
   g_all_heaps.store(heap, std::memory_order_release);
   stats::add(stats::g_global.heaps, 1);

@@ -11,9 +11,14 @@
 
 namespace xalloc {
 
-// The memory of a heap: the heap, then its outbox's stage; heaps lie one
-// after the other in chunks mapped for them (thread_registry.cpp).
-constexpr size_t kHeapBytes = ((sizeof(Heap) + 63) & ~size_t{63}) + kStageSlots * sizeof(StagedBlock);
+// The memory of a heap: the heap, then its outbox's stage and links; heaps
+// lie one after the other in chunks mapped for them (thread_registry.cpp),
+// each on a page of its own (a heap is under a page: one page to make
+// resident at its start, unless secure mode's quarantine makes it more).
+constexpr size_t kHeapStructBytes = (sizeof(Heap) + 63) & ~size_t{63};
+constexpr size_t kStageBytes = kStageSlots * sizeof(StagedBlock);
+constexpr size_t kHeapBytes =
+    (kHeapStructBytes + kStageBytes + sizeof(OutboxLinks) + kOsPageSize - 1) & ~(kOsPageSize - 1);
 
 // Runs once, on the first allocation of the process (of any size): reads
 // the options, creates the thread-exit key, registers the fork handlers

@@ -4,6 +4,7 @@
 // heap's teardown, and fork() before or during start-up.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,39 @@
 #include "xalloc/xalloc.h"
 
 using xtest::kMiB;
+
+// A new thread's heap is one page: its outbox's stage and lists, beside
+// it, stay untouched (not resident) until the thread frees a block of
+// another thread. Run in a fresh process, where the thread's heap is a new
+// one (not an orphan adopted, whose outbox has been used).
+TEST(ThreadRegistry, ANewHeapIsOnePageUntilItsThreadFreesAnotherThreadsBlock) {
+  ASSERT_LE(sizeof(xalloc::Heap), xalloc::kOsPageSize) << "the heap outgrew a page";
+  auto r = xtest::fresh_with_env({}, [] {
+    void* foreign = xalloc_malloc(64);  // the main thread's heap first
+    int code = 0;
+    std::thread([&] {
+      void* own = xalloc_malloc(64);
+      auto base = reinterpret_cast<uintptr_t>(xalloc::t_heap);
+      if (base % xalloc::kOsPageSize != 0) code = 10;
+      constexpr size_t kPages = xalloc::kHeapBytes / xalloc::kOsPageSize;
+      unsigned char resident[kPages];
+      auto pages_resident = [&] {
+        if (mincore(reinterpret_cast<void*>(base), xalloc::kHeapBytes, resident) != 0) return size_t{999};
+        size_t n = 0;
+        for (unsigned char page : resident) n += page & 1;
+        return n;
+      };
+      if (code == 0 && pages_resident() != 1) code = 11;
+      if (code == 0 && (resident[0] & 1) == 0) code = 12;
+      xalloc_free(foreign);  // staged in the outbox
+      xalloc_thread_collect();  // and sent
+      if (code == 0 && pages_resident() < 3) code = 13;  // the stage and the lists written
+      xalloc_free(own);
+    }).join();
+    return code;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
 
 // A thread's heap outlives it: at exit it becomes an orphan, no longer
 // counted live, keeping the slabs that hold live blocks; the next thread
