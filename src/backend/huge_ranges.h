@@ -21,7 +21,8 @@
 //    is dense when the heap passes the threshold, and whose pages are
 //    mostly resident (mincore), is advised and collapsed (MADV_COLLAPSE,
 //    without the lock; where the kernel has none, the advice alone lets
-//    khugepaged do it later);
+//    khugepaged do it later; while a purger's clock runs, by the purger,
+//    once the range has stayed dense for a purge delay: span_ranges.cpp);
 //  - a huge range keeps its page while kKeepSlices are in use: the purge
 //    delay leaves its free slices alone (a purge would split the page to
 //    give back a quarter of it at most); the budget and malloc_trim do not;

@@ -114,6 +114,11 @@ class alignas(64) SpanAllocator {
     }
   }
 
+  // While a purger's clock runs, the ranges that takes make dense wait
+  // here a purge delay before they are collapsed (allocate()); the
+  // purger's thread calls this on its ticks.
+  void collapse_deferred(uint64_t now_ms);
+
   // Debug builds: validates every segment, span and bin.
   void check_invariants();
 
@@ -222,6 +227,17 @@ class alignas(64) SpanAllocator {
   size_t free_segments_ = 0;       // segments whose payload is one free span
   size_t dirty_free_slices_ = 0;   // free slices that may still be resident
   bool huge_swept_ = false;        // sweep_dense_ranges_locked done since the heap was last small
+  // Ranges to collapse once they have been dense for a purge delay, and
+  // since when (collapse_deferred).
+  struct DeferredCollapses {
+    static constexpr size_t kMax = 64;
+    uintptr_t start[kMax];
+    uint64_t since_ms[kMax];
+    size_t count;
+  };
+  DeferredCollapses deferred_{};
+  void defer_collapses(const huge_ranges::Collapses& collapses);
+  void drop_deferred_collapses_locked(const Segment* segment);
   PurgePolicy policy_;  // guarded by lock_
   // Read by every thread's periodic work (maybe_purge), written once per
   // purge: last, on a line of its own, away from the fields that every

@@ -1,9 +1,11 @@
 // The span allocator's part in XALLOC_HUGE_PAGES=auto (huge_ranges.h):
-// which ranges a take opens or makes dense, and their promotion.
+// which ranges a take opens or makes dense, their promotion, and the
+// collapses that wait for the purger.
 #include "backend/span_allocator.h"
 
 #include "platform/os.h"
 #include "support/counters.h"
+#include "support/options.h"
 
 namespace xalloc {
 
@@ -63,6 +65,48 @@ void SpanAllocator::sweep_dense_ranges_locked(huge_ranges::Collapses& collapses)
     }
   }
   huge_swept_ = true;
+}
+
+void SpanAllocator::defer_collapses(const huge_ranges::Collapses& collapses) {
+  uint64_t now = os::monotonic_ms();
+  LockGuard guard(lock_);
+  for (size_t i = 0; i < collapses.count && deferred_.count < DeferredCollapses::kMax; ++i) {
+    deferred_.start[deferred_.count] = collapses.start[i];
+    deferred_.since_ms[deferred_.count++] = now;
+  }
+}
+
+void SpanAllocator::drop_deferred_collapses_locked(const Segment* segment) {
+  size_t kept = 0;
+  for (size_t i = 0; i < deferred_.count; ++i) {
+    if (segment_of(deferred_.start[i]) == segment) continue;
+    deferred_.start[kept] = deferred_.start[i];
+    deferred_.since_ms[kept++] = deferred_.since_ms[i];
+  }
+  deferred_.count = kept;
+}
+
+void SpanAllocator::collapse_deferred(uint64_t now_ms) {
+  huge_ranges::Collapses due;
+  {
+    LockGuard guard(lock_);
+    size_t kept = 0;
+    for (size_t i = 0; i < deferred_.count; ++i) {
+      uintptr_t start = deferred_.start[i];
+      if (now_ms - deferred_.since_ms[i] < g_options.purge_delay_ms || due.full()) {
+        deferred_.start[kept] = start;
+        deferred_.since_ms[kept++] = deferred_.since_ms[i];
+        continue;
+      }
+      // Purged in part since (demoted), or no longer mostly in use: it
+      // stays on small pages.
+      Segment* segment = segment_of(start);
+      size_t range = huge_ranges::range_of((start - segment->base()) >> kSliceShift);
+      if (huge_ranges::keeps_page(segment, range)) due.add(start);
+    }
+    deferred_.count = kept;
+  }
+  due.run();
 }
 
 }  // namespace xalloc

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "backend/span_allocator.h"
 #include "frontend/heap_upkeep.h"
 #include "platform/os.h"
 
@@ -20,7 +21,9 @@ uint64_t purger_period_ms() { return g_options.purge_delay_ms / 10 > 5 ? g_optio
 void* purger_main(void*) {
   for (;;) {
     os::sleep_ms(purger_period_ms());
-    purge_idle_memory(os::monotonic_ms());
+    uint64_t now = os::monotonic_ms();
+    g_spans.collapse_deferred(now);
+    purge_idle_memory(now);
   }
   return nullptr;
 }

@@ -28,9 +28,8 @@ void purger_start();
 // when the option says 1; auto: at the next slow path that finds it due).
 void purger_after_fork_child();
 
-// Called at the end of allocation slow paths, where the thread holds no
-// lock and its heap is consistent: pthread_create allocates, and comes back
-// into malloc. (Not for a thread past its heap's teardown, whose
+// Called on allocation slow paths, where the thread holds no lock and its
+// heap is consistent: pthread_create allocates, and comes back into malloc. (Not for a thread past its heap's teardown, whose
 // allocations run under the registry lock.)
 XALLOC_INLINE void purger_start_if_due() {
   if (XALLOC_UNLIKELY(g_options.background_purge == Switch::kAuto && !g_purge_clock.load(std::memory_order_relaxed) &&

@@ -92,9 +92,10 @@ void* heap_alloc_slow(Heap* heap, unsigned cls, bool from_direct, size_t size) n
       }
     }
   }
-  void* block = heap_alloc_refill(heap, cls, from_direct, size);
+  // Before the refill: the slab take that finds the heap past the
+  // threshold then leaves its collapses to the purger (span_allocator.cpp).
   purger_start_if_due();
-  return block;
+  return heap_alloc_refill(heap, cls, from_direct, size);
 }
 
 namespace {
