@@ -9,6 +9,23 @@
 
 namespace xalloc {
 
+namespace {
+
+// Keeps the deferred collapses for which keep(start, since_ms) holds, in
+// their order.
+template <typename Deferred, typename Keep>
+void retain_deferred(Deferred& deferred, Keep keep) {
+  size_t kept = 0;
+  for (size_t i = 0; i < deferred.count; ++i) {
+    if (!keep(deferred.start[i], deferred.since_ms[i])) continue;
+    deferred.start[kept] = deferred.start[i];
+    deferred.since_ms[kept++] = deferred.since_ms[i];
+  }
+  deferred.count = kept;
+}
+
+}  // namespace
+
 uint32_t SpanAllocator::fresh_ranges_locked(const Segment* segment, size_t first, size_t count) const {
   uint32_t fresh = 0;
   for (uint32_t ranges = huge_ranges::ranges_of(first, count); ranges != 0; ranges &= ranges - 1) {
@@ -77,34 +94,22 @@ void SpanAllocator::defer_collapses(const huge_ranges::Collapses& collapses) {
 }
 
 void SpanAllocator::drop_deferred_collapses_locked(const Segment* segment) {
-  size_t kept = 0;
-  for (size_t i = 0; i < deferred_.count; ++i) {
-    if (segment_of(deferred_.start[i]) == segment) continue;
-    deferred_.start[kept] = deferred_.start[i];
-    deferred_.since_ms[kept++] = deferred_.since_ms[i];
-  }
-  deferred_.count = kept;
+  retain_deferred(deferred_, [segment](uintptr_t start, uint64_t) { return segment_of(start) != segment; });
 }
 
 void SpanAllocator::collapse_deferred(uint64_t now_ms) {
   huge_ranges::Collapses due;
   {
     LockGuard guard(lock_);
-    size_t kept = 0;
-    for (size_t i = 0; i < deferred_.count; ++i) {
-      uintptr_t start = deferred_.start[i];
-      if (now_ms - deferred_.since_ms[i] < g_options.purge_delay_ms || due.full()) {
-        deferred_.start[kept] = start;
-        deferred_.since_ms[kept++] = deferred_.since_ms[i];
-        continue;
-      }
+    retain_deferred(deferred_, [&](uintptr_t start, uint64_t since_ms) {
+      if (now_ms - since_ms < g_options.purge_delay_ms || due.full()) return true;
       // Purged in part since (demoted), or no longer mostly in use: it
       // stays on small pages.
       Segment* segment = segment_of(start);
-      size_t range = huge_ranges::range_of((start - segment->base()) >> kSliceShift);
-      if (huge_ranges::keeps_page(segment, range)) due.add(start);
-    }
-    deferred_.count = kept;
+      if (huge_ranges::keeps_page(segment, huge_ranges::range_of((start - segment->base()) >> kSliceShift)))
+        due.add(start);
+      return false;
+    });
   }
   due.run();
 }
