@@ -254,3 +254,40 @@ TEST(Purge, WithAClockABatchFreedWholeStaysForItsRebuildThenGoesBack) {
   std::printf("purged while rebuilt: %zu KiB; committed %zu -> %zu KiB idle\n", purged_in_rounds >> 10,
               committed_freed >> 10, idle.committed >> 10);
 }
+
+// With the clock, the huge cache holds a burst too: a program that frees
+// its buffers at the end of an item and asks for them again for the next
+// keeps their pages, and the clock returns them once it stops.
+TEST(Purge, WithAClockHugeBuffersFreedAndAskedForAgainKeepTheirPages) {
+  if (!rerun_with_clock()) return;  // see "Purge tests" above
+  using Clock = std::chrono::steady_clock;
+  constexpr size_t kSizes[] = {8 * kMiB, 24 * kMiB, 40 * kMiB};  // 72 MiB: past the clock's 64
+  std::vector<void*> buffers;
+  for (size_t size : kSizes) buffers.push_back(xalloc_malloc(size));
+  auto touch = [&] {
+    for (size_t i = 0; i < buffers.size(); ++i) std::memset(buffers[i], 1, kSizes[i]);
+  };
+  ASSERT_EQ(std::count(buffers.begin(), buffers.end(), nullptr), 0);
+  touch();
+  size_t purged_before = stats().purged;
+  auto longest_wait = Clock::duration::zero();
+  for (int round = 0; round < 3; ++round) {
+    auto freed = Clock::now();
+    for (void*& p : buffers) xalloc_free(p);
+    for (size_t i = 0; i < buffers.size(); ++i) buffers[i] = xalloc_malloc(kSizes[i]);
+    longest_wait = std::max(longest_wait, Clock::now() - freed);
+    ASSERT_EQ(std::count(buffers.begin(), buffers.end(), nullptr), 0);
+    touch();
+  }
+  size_t purged_in_rounds = stats().purged - purged_before;
+  for (void* p : buffers) xalloc_free(p);
+  size_t committed_freed = stats().committed;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  xalloc_stats_t idle = stats();
+  // (A buffer that waited a tenth of the delay, 50 ms, may have been purged.)
+  if (longest_wait < std::chrono::milliseconds(40)) {
+    EXPECT_EQ(purged_in_rounds, 0u) << "buffers freed whole were purged before they were asked for again";
+  }
+  EXPECT_LE(idle.committed + 64 * kMiB, committed_freed)
+      << "committed " << committed_freed << " -> " << idle.committed << " after 1.2 s idle";
+}
