@@ -82,15 +82,44 @@ FreeBlock* carve_in_order(Page* page, uintptr_t first, size_t count, size_t size
 }
 
 // A slab whose memory read as zero when it was taken has no page resident
-// past what was carved before: the pages that this carve's block headers
-// reach into, each a page fault on its first write, are made resident in
-// one call instead (os.h). Only while the heap is young (heap.h), which
-// a short process stays throughout: the call takes the mmap lock that a
-// fault does not, and a threaded program past its start carves on as it
-// always did.
+// past what was carved before: while the heap is young (heap.h), which a
+// short process stays throughout, the pages that this carve's block
+// headers reach into, each a page fault on its first write, are made
+// resident in one call instead (os.h); a grown heap does it ahead, in
+// steps (populate_ahead).
 void populate_carved(uintptr_t carved_end, uintptr_t written_end) {
   uintptr_t from = (carved_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
   if (from < written_end) os::populate(reinterpret_cast<void*>(from), written_end - from);
+}
+
+// Pages of a fresh slab made resident once its first `bytes` are carved
+// (populate_ahead): the carved pages rounded up to a power of two, and past
+// kPopulateStep pages to a multiple of that. (Steps of eight pages cost
+// 8-thread multithread-churn 3% of its peak RSS, of four 2%.)
+constexpr size_t kPopulateStep = 4;
+size_t populated_pages(size_t bytes) {
+  size_t pages = (bytes + kOsPageSize - 1) / kOsPageSize;
+  if (pages <= 1) return pages;
+  return pages <= kPopulateStep ? std::bit_ceil(pages) : (pages + kPopulateStep - 1) / kPopulateStep * kPopulateStep;
+}
+
+// A grown heap's fresh slab of blocks no larger than a page: each carve
+// writes every page it reaches (a block header starts in each), so the
+// pages just ahead are made resident in one call per step (pages 2-3, 4-7,
+// 8-11, ...) instead of a page fault each: on this project's test machine
+// a fault costs 13.6 us, a page populated 16 KiB at a time 7.6 us. What is
+// resident and not carved yet is at most kPopulateStep - 1 pages, and only
+// in a class's current slab: every slab before it was carved to its end.
+// (The call takes the mmap lock for reading, which a fault does not: a
+// step of one page is left to the fault.)
+void populate_ahead(const Page* page, uintptr_t first, uintptr_t carve_end) {
+  uintptr_t base = page->start & ~(kOsPageSize - 1);
+  uintptr_t slab_end = page->start + size_t{page->capacity()} * page->block_size();
+  uintptr_t from = base + populated_pages(first - base) * kOsPageSize;
+  uintptr_t to = base + populated_pages(carve_end - base) * kOsPageSize;
+  uintptr_t end = (slab_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  if (to > end) to = end;
+  if (to >= from + 2 * kOsPageSize) os::populate(reinterpret_cast<void*>(from), to - from);
 }
 
 }  // namespace
@@ -104,6 +133,7 @@ void slab_carve(Page* page) {
   if (count * size > left_bytes) count = left_bytes / size;
   uintptr_t first = page->start + carved;
   if (page->is_zero && page->owner->young) populate_carved(first, first + (count - 1) * size + sizeof(FreeBlock));
+  else if (page->is_zero && size <= kOsPageSize) populate_ahead(page, first, first + count * size);
   page->free = secure::kEnabled ? carve_shuffled(page, first, count, size) : carve_in_order(page, first, count, size);
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }

@@ -126,6 +126,44 @@ TEST(Heap, DirectTablePointsAtTheCurrentSlab) {
   }).join();
 }
 
+// --- carving -----------------------------------------------------------------------
+
+// A grown heap's fresh slab of small blocks is made resident ahead of its
+// carving, in one call per step (heap_slabs.cpp: populate_ahead), by at
+// most what was carved and at most four pages beyond: 80 blocks of 256
+// bytes (five pages carved; eight with secure mode's four-page carves)
+// leave eight pages resident, the whole slab sixteen.
+TEST(Heap, FreshSlabOfAGrownHeapIsResidentAheadOfItsCarvingByAtMostWhatWasCarved) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    std::vector<void*> blocks;
+    blocks.push_back(xalloc_malloc(48));
+    xalloc::Heap* heap = xalloc::t_heap;
+    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
+    ASSERT_FALSE(heap->young);
+    constexpr size_t kSize = 256;
+    const size_t capacity = xalloc::kClassInfo[xalloc::class_of(kSize)].capacity;
+    ASSERT_EQ(capacity * kSize, kSlice) << "the test expects a one-slice slab";
+    std::vector<void*> slab_blocks;
+    auto resident_pages = [&] {
+      uintptr_t base = reinterpret_cast<uintptr_t>(slab_blocks.front()) & ~(kSlice - 1);
+      uint8_t residency[kSlice / xalloc::kOsPageSize];
+      EXPECT_TRUE(xalloc::os::page_residency(reinterpret_cast<void*>(base), kSlice, residency));
+      size_t pages = 0;
+      for (uint8_t r : residency) pages += r & 1;
+      return pages;
+    };
+    for (size_t i = 0; i < 80; ++i) slab_blocks.push_back(xalloc_malloc(kSize));
+    uintptr_t first = reinterpret_cast<uintptr_t>(slab_blocks.front()) & ~(kSlice - 1);
+    for (void* p : slab_blocks) ASSERT_EQ(reinterpret_cast<uintptr_t>(p) & ~(kSlice - 1), first) << "not one slab";
+    EXPECT_EQ(resident_pages(), 8u);
+    while (slab_blocks.size() < capacity) slab_blocks.push_back(xalloc_malloc(kSize));
+    EXPECT_EQ(resident_pages(), kSlice / xalloc::kOsPageSize);
+    for (void* p : slab_blocks) xalloc_free(p);
+    for (void* p : blocks) xalloc_free(p);
+  }).join();
+}
+
 // --- current slabs -----------------------------------------------------------------
 
 TEST(Basic, RandomReplacementKeepsExactCountsAcrossSlabs) {
