@@ -106,22 +106,18 @@ Segment* cache_evict_over_budget(Segment*& oldest) {
 }
 
 // Purges, or schedules a purge, after a mapping freed at `freed_now`
-// joined the cache, whose oldest is `oldest` (under g_huge_lock). A burst of
-// frees far beyond the resident budget that nothing reuses, making up most
-// of the cache (a buffer that doubled past 16 MiB on several threads at
-// once), goes back at once, oldest first, as in the span allocator; a
-// smaller excess once it may go. While a purger's clock runs, a burst waits
-// its tenth of the delay too (purge_policy.h): a program that frees its
-// buffers at the end of an item and asks for them again for the next one
-// would otherwise fault every page in again (buffer-reuse: twice the page
-// faults of keeping them). A cache in active use (blocks of varying sizes
-// allocated and freed in turn) keeps the delay: a purged mapping faults its
-// pages in again when it is reused.
+// joined the cache, whose oldest is `oldest` (under g_huge_lock). A burst of frees far beyond the resident
+// budget that nothing reuses, making up most of the cache (a buffer that
+// doubled past 16 MiB on several threads at once), goes back at once,
+// oldest first, as in the span allocator; a smaller excess once it may go.
+// A cache in active use (blocks of varying sizes allocated and freed in
+// turn) keeps the delay: a purged mapping faults its pages in again when it
+// is reused.
 void cache_purge_after_free(Segment* oldest, uint64_t freed_now) {
   size_t budget = dirty_budget_bytes();
   size_t hard_cap = burst_threshold_bytes(budget);
-  if (!g_purge_clock.load(std::memory_order_relaxed) && g_huge_unreused_bytes > hard_cap &&
-      g_huge_unreused_bytes * 2 > g_huge_cache_bytes && g_huge_cache_resident > hard_cap) {
+  if (g_huge_unreused_bytes > hard_cap && g_huge_unreused_bytes * 2 > g_huge_cache_bytes &&
+      g_huge_cache_resident > hard_cap) {
     for (Segment* s = oldest; s != nullptr && g_huge_cache_resident > budget; s = s->prev)
       if (!s->huge_purged) cache_purge_locked(s, true);
   }
