@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "frontend/block_memory.h"
 #include "frontend/borrow.h"
 #include "support/debug.h"
 #include "support/emergency_heap.h"
@@ -303,7 +304,9 @@ namespace {
 XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size, Caller caller) {
   void* moved = alloc(size);
   if (moved == nullptr) return nullptr;
-  memcpy(moved, ptr, size < old_size ? size : old_size);
+  size_t copied = size < old_size ? size : old_size;
+  if (size > kMaxSlabSize) populate_for_copy(moved, copied);
+  memcpy(moved, ptr, copied);
   free(ptr, caller);
   return moved;
 }

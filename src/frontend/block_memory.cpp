@@ -11,6 +11,12 @@ constexpr size_t kZeroByResidencyMin = 8 * 1024 * 1024;
 
 }  // namespace
 
+void populate_for_copy(void* block, size_t bytes) {
+  const Page* page = lookup_page(reinterpret_cast<uintptr_t>(block));
+  if (page == nullptr || page->kind() == PageKind::kSlab || !page->is_zero) return;
+  os::populate(block, round_up(bytes, kOsPageSize));
+}
+
 // Zeroes a block for calloc whose memory held other blocks before (a kept
 // span, dirty slices, a cached huge mapping). Writing zeros over all of it
 // would make every page resident, and a program that asks again and again

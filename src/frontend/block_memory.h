@@ -1,7 +1,7 @@
 // The memory of large and huge blocks, shared by large.cpp, kept_spans.cpp
 // and huge.cpp: the guard page that follows a block in secure mode, a large
-// span's way back to the span allocator, and the zeroing of reused memory
-// for calloc.
+// span's way back to the span allocator, the zeroing of reused memory for
+// calloc, and the population of fresh memory that realloc copies into.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,13 @@ constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1)
 // span, dirty slices, a cached huge mapping), writing only the pages that
 // are mostly resident (block_memory.cpp says why).
 void zero_reused(void* block, size_t size);
+
+// Before a copy writes the first `bytes` of `block` (realloc moving a
+// block): when it is a large or huge block whose memory read as zero when
+// it was taken (Page::is_zero: fresh or purged, so not resident), those
+// pages are made resident in one call instead of a page fault each
+// (os::populate). Anything else is left alone.
+void populate_for_copy(void* block, size_t bytes);
 
 // Secure mode: the guard page after a large or huge block that ends at
 // `end` (its descriptor remembers how the guard was made). Inline: outside

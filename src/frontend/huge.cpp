@@ -211,6 +211,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = segment == nullptr;
   if (fresh && (segment = fresh_mapping(mapping)) == nullptr) return fail_enomem();
   bool is_zero = fresh || segment->huge_purged;
+  segment->pages[0].is_zero = is_zero ? 1 : 0;
   if (fresh) {
     segment->huge_purged = 0;
     huge_setup(segment, mapping, offset, size);

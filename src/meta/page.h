@@ -114,7 +114,7 @@ struct alignas(256) Page {
   // Written by the owning heap only (or under the span allocator's lock
   // before the span is handed out).
   uint8_t state_bits : 2;    // SlabState
-  uint8_t is_zero : 1;       // the span's memory was all zero when it was taken
+  uint8_t is_zero : 1;       // slab, large, huge: its memory was all zero when it was taken
   uint8_t sampled : 1;       // large/huge: a block the heap profiler sampled
   uint8_t guard_protected : 1; // large/huge, secure mode: its guard page is PROT_NONE, not a mark (os.h)
   uint8_t unused_bits : 3;

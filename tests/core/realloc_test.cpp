@@ -9,7 +9,9 @@
 #include <cstring>
 #include <vector>
 
+#include "frontend/block_memory.h"
 #include "meta/size_classes.h"
+#include "platform/os.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -243,4 +245,45 @@ TEST(Reallocarray, MultipliesAndKeepsContents) {
   EXPECT_GE(xalloc_usable_size(p), 400000u);
   for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(p[i], i * 7);
   xalloc_free(p);
+}
+
+// realloc populates the fresh pages it is about to copy into
+// (block_memory.h: populate_for_copy): the first `bytes` of a large or
+// huge block taken from memory that read as zero become resident, and
+// nothing else - not the rest of the block, not a block whose memory was
+// in use before.
+namespace {
+
+size_t resident_pages(const void* start, size_t bytes) {
+  uint8_t residency[xalloc::os::kResidencyPages];
+  EXPECT_TRUE(xalloc::os::page_residency(start, bytes, residency));
+  size_t pages = 0;
+  for (size_t i = 0; i < bytes / xalloc::kOsPageSize; ++i) pages += residency[i] & 1;
+  return pages;
+}
+
+}  // namespace
+
+TEST(Realloc, FreshMemoryACopyWillFillIsPopulatedFirst) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  for (size_t size : {size_t{4} << 20, size_t{24} << 20}) {  // large, huge
+    constexpr size_t kCopied = 1 << 20;
+    void* block = xalloc_malloc(size);
+    ASSERT_NE(block, nullptr);
+    ASSERT_EQ(resident_pages(block, 4 * kCopied), 0u) << size << ": the test needs fresh memory";
+    xalloc::populate_for_copy(block, kCopied);
+    EXPECT_EQ(resident_pages(block, kCopied), kCopied / xalloc::kOsPageSize) << size;
+    EXPECT_EQ(resident_pages(static_cast<char*>(block) + kCopied, 3 * kCopied), 0u) << size;
+    xalloc_free(block);
+  }
+  // A kept span: its memory was in use, and the call leaves it alone.
+  void* first = xalloc_malloc(256 << 10);
+  std::memset(first, 1, 256 << 10);
+  xalloc_free(first);
+  void* again = xalloc_malloc(256 << 10);
+  ASSERT_EQ(again, first) << "the thread's kept span did not serve the same size again";
+  xalloc::os::purge(again, 256 << 10);
+  xalloc::populate_for_copy(again, 256 << 10);
+  EXPECT_EQ(resident_pages(again, 256 << 10), 0u) << "populated memory that was not fresh";
+  xalloc_free(again);
 }
