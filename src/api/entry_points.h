@@ -71,7 +71,7 @@ XALLOC_INLINE void* memalign(size_t alignment, size_t size) {
 XALLOC_INLINE void* valloc(size_t size) { return alloc_aligned(size, kOsPageSize); }
 
 XALLOC_INLINE void* pvalloc(size_t size) {
-  size_t rounded = (size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  size_t rounded = round_up(size, kOsPageSize);
   if (rounded < size) {
     errno = ENOMEM;
     return nullptr;

@@ -76,7 +76,7 @@ void segment_map_set(uintptr_t base, size_t size, bool present) {
 namespace {
 
 constexpr size_t kHeaderPopulateBytes =
-    (offsetof(Segment, pages) + (kHeaderSlices + 28) * sizeof(Page) + kOsPageSize - 1) & ~(kOsPageSize - 1);
+    round_up(offsetof(Segment, pages) + (kHeaderSlices + 28) * sizeof(Page), kOsPageSize);
 
 }  // namespace
 

@@ -6,6 +6,9 @@
 
 namespace xalloc {
 
+// `n` rounded up to a multiple of `to`, a power of two.
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
+
 // Segments: naturally aligned regions reserved from the OS. Every pointer
 // xalloc hands out lies in the first 32 MiB granule of a segment, so its
 // metadata is found by masking the address.

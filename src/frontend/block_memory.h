@@ -14,8 +14,6 @@
 
 namespace xalloc {
 
-constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
-
 // Zeroes a block for calloc whose memory held other blocks before (a kept
 // span, dirty slices, a cached huge mapping), writing only the pages that
 // are mostly resident (block_memory.cpp says why).

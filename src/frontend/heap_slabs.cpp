@@ -88,7 +88,7 @@ FreeBlock* carve_in_order(Page* page, uintptr_t first, size_t count, size_t size
 // resident in one call instead (os.h); a grown heap does it ahead, in
 // steps (populate_ahead).
 void populate_carved(uintptr_t carved_end, uintptr_t written_end) {
-  uintptr_t from = (carved_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t from = round_up(carved_end, kOsPageSize);
   if (from < written_end) os::populate(reinterpret_cast<void*>(from), written_end - from);
 }
 
@@ -98,9 +98,9 @@ void populate_carved(uintptr_t carved_end, uintptr_t written_end) {
 // 8-thread multithread-churn 3% of its peak RSS, of four 2%.)
 constexpr size_t kPopulateStep = 4;
 size_t populated_pages(size_t bytes) {
-  size_t pages = (bytes + kOsPageSize - 1) / kOsPageSize;
+  size_t pages = round_up(bytes, kOsPageSize) / kOsPageSize;
   if (pages <= 1) return pages;
-  return pages <= kPopulateStep ? std::bit_ceil(pages) : (pages + kPopulateStep - 1) / kPopulateStep * kPopulateStep;
+  return pages <= kPopulateStep ? std::bit_ceil(pages) : round_up(pages, kPopulateStep);
 }
 
 // A grown heap's fresh slab of blocks no larger than a page: each carve
@@ -117,7 +117,7 @@ void populate_ahead(const Page* page, uintptr_t first, uintptr_t carve_end) {
   uintptr_t slab_end = page->start + size_t{page->capacity()} * page->block_size();
   uintptr_t from = base + populated_pages(first - base) * kOsPageSize;
   uintptr_t to = base + populated_pages(carve_end - base) * kOsPageSize;
-  uintptr_t end = (slab_end + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t end = round_up(slab_end, kOsPageSize);
   if (to > end) to = end;
   if (to >= from + 2 * kOsPageSize) os::populate(reinterpret_cast<void*>(from), to - from);
 }

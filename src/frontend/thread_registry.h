@@ -15,10 +15,10 @@ namespace xalloc {
 // lie one after the other in chunks mapped for them (thread_registry.cpp),
 // each on a page of its own (a heap is under a page: one page to make
 // resident at its start, unless secure mode's quarantine makes it more).
-constexpr size_t kHeapStructBytes = (sizeof(Heap) + 63) & ~size_t{63};
+constexpr size_t kHeapStructBytes = round_up(sizeof(Heap), 64);
 constexpr size_t kStageBytes = kStageSlots * sizeof(StagedBlock);
 constexpr size_t kHeapBytes =
-    (kHeapStructBytes + kStageBytes + sizeof(OutboxLinks) + kOsPageSize - 1) & ~(kOsPageSize - 1);
+    round_up(kHeapStructBytes + kStageBytes + sizeof(OutboxLinks), kOsPageSize);
 
 // Runs once, on the first allocation of the process (of any size): reads
 // the options, creates the thread-exit key, registers the fork handlers

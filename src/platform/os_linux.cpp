@@ -131,7 +131,7 @@ void decommit(void* addr, size_t size) {
 
 PageRange remap_read_only_zeros(void* addr, size_t size) {
   auto start = reinterpret_cast<uintptr_t>(addr);
-  uintptr_t begin = (start + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t begin = round_up(start, kOsPageSize);
   uintptr_t end = (start + size) & ~(kOsPageSize - 1);
   if (end <= begin || map_with(end - begin, reinterpret_cast<void*>(begin), PROT_READ, MAP_FIXED) == nullptr) return {};
   return {begin, end};
@@ -176,7 +176,7 @@ void populate(void* addr, size_t size) {
   // Whole pages: madvise refuses a start inside one (EINVAL, which would
   // read as a kernel without the advice).
   auto start = reinterpret_cast<uintptr_t>(addr) & ~(kOsPageSize - 1);
-  uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + size + kOsPageSize - 1) & ~(kOsPageSize - 1);
+  uintptr_t end = round_up(reinterpret_cast<uintptr_t>(addr) + size, kOsPageSize);
   long ret = raw_syscall(SYS_madvise, static_cast<long>(start), static_cast<long>(end - start), MADV_POPULATE_WRITE);
   if (ret == -EINVAL) __atomic_store_n(&g_no_populate, true, __ATOMIC_RELAXED);
 }
