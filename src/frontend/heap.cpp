@@ -27,17 +27,38 @@ constexpr std::array<uint8_t, kNumClasses> first_granules(const std::array<uint8
 }
 constexpr auto kFirstGranule = first_granules(kGranuleClass);
 
-// The class a young heap serves a small class's sizes from: the smallest
-// power of two that holds them.
-constexpr unsigned young_class_of(unsigned cls) { return class_of_computed(std::bit_ceil(class_size_of(cls))); }
+// The class a young heap serves a class's sizes from: the smallest power
+// of two that holds them, up to kYoungMaxSize; each larger class is its own.
+constexpr unsigned young_class_of(unsigned cls) {
+  size_t size = class_size_of(cls);
+  return size <= kYoungMaxSize ? class_of_computed(std::bit_ceil(size)) : cls;
+}
 static_assert(young_class_of(class_of_computed(48)) == class_of_computed(64));
 static_assert(young_class_of(class_of_computed(1024)) == class_of_computed(1024));
+static_assert(young_class_of(class_of_computed(1536)) == class_of_computed(2048));
+static_assert(young_class_of(class_of_computed(4608)) == class_of_computed(8192));
+static_assert(young_class_of(class_of_computed(9216)) == class_of_computed(9216));
 
 constexpr auto kYoungClass = [] {
-  std::array<uint8_t, kNumSmallClasses> table{};
-  for (unsigned c = 0; c < kNumSmallClasses; ++c) table[c] = static_cast<uint8_t>(young_class_of(c));
+  std::array<uint8_t, kNumClasses> table{};
+  for (unsigned c = 0; c < kNumClasses; ++c) table[c] = static_cast<uint8_t>(young_class_of(c));
   return table;
 }();
+
+// The classes above kMaxSmallSize that a young heap serves from `cls`'s
+// slabs, [first, end): consecutive, as the classes are in size order.
+struct YoungGroup {
+  unsigned first, end;
+};
+constexpr YoungGroup young_medium_group(unsigned cls) {
+  unsigned first = kNumSmallClasses;
+  while (first < kNumClasses && kYoungClass[first] != cls) ++first;
+  unsigned end = first;
+  while (end < kNumClasses && kYoungClass[end] == cls) ++end;
+  return {first, end};
+}
+static_assert(young_medium_group(class_of_computed(2048)).first == class_of_computed(1025));
+static_assert(young_medium_group(class_of_computed(2048)).end == class_of_computed(2049));
 
 // The direct table of a young heap: its granules' classes, and each class's
 // first granule.
@@ -61,7 +82,14 @@ void heap_set_current(Heap* heap, unsigned cls, Page* page) {
   else if (prof::watching()) page = &g_empty_page;
   else if (heap->borrowed != nullptr && heap->borrowed->list[cls].free != nullptr) page = &heap->borrowed->list[cls];
   heap->serving[cls] = page;
-  if (!small) return;
+  if (!small) {
+    // A young heap's power-of-two slab serves the classes below it too.
+    if (heap->young && kYoungClass[cls] == cls && class_size_of(cls) <= kYoungMaxSize) {
+      YoungGroup group = young_medium_group(cls);
+      for (unsigned c = group.first; c < group.end; ++c) heap->serving[c] = page;
+    }
+    return;
+  }
   const auto& granule_class = heap->young ? kYoungGranuleClass : kGranuleClass;
   const auto& first_granule = heap->young ? kYoungFirstGranule : kFirstGranule;
   for (size_t g = first_granule[cls]; g < kDirectSlots && granule_class[g] == cls; ++g)
@@ -73,11 +101,13 @@ void direct_table_restore(Heap* heap) {
   for (unsigned cls = 0; cls < kNumSmallClasses; ++cls) heap_set_current(heap, cls, heap->current[cls]);
 }
 
-// From now on each small size gets its own class: the slabs of the
-// power-of-two classes stay as they are, the other classes start empty.
+// From now on each size gets its own class: the slabs of the power-of-two
+// classes stay as they are, the other classes start empty.
 void heap_grow_up(Heap* heap) {
   heap->young = false;
   direct_table_restore(heap);
+  for (unsigned cls = kNumSmallClasses; cls < kNumClasses && class_size_of(cls) <= kYoungMaxSize; ++cls)
+    heap_serve(heap, cls);
 }
 
 void heap_serve(Heap* heap, unsigned cls) { heap_set_current(heap, cls, heap->current[cls]); }

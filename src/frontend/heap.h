@@ -30,6 +30,9 @@ namespace xalloc {
 
 // The classes served through the direct table.
 constexpr unsigned kNumSmallClasses = class_of(kMaxSmallSize) + 1;
+// A young heap (Heap::young) serves the sizes up to this from power-of-two
+// classes: those of one-slice slabs.
+constexpr size_t kYoungMaxSize = 8192;
 
 // Spans of freed large blocks a heap keeps for its next large blocks
 // (kept_spans.cpp): at most this many, of at most kKeptSliceBudget slices in all,
@@ -186,12 +189,12 @@ struct alignas(64) Heap {
 #endif
   uint64_t thread_id;
   uint32_t slow_calls;
-  // A young heap serves each small size from the smallest power-of-two
-  // class that holds it (16, 32, 64, ..., 1024 bytes), so that a process
-  // or thread that allocates little touches a few slabs - a page fault
-  // each - instead of one per size class it asks for. It grows up (each
-  // size its own class again) when one of those slabs runs out (refill.cpp).
-  // Not in secure mode.
+  // A young heap serves each size up to kYoungMaxSize from the smallest
+  // power-of-two class that holds it (16, 32, 64, ..., 8192 bytes), so
+  // that a process or thread that allocates little touches a few slabs - a
+  // page fault each - instead of one per size class it asks for. It grows
+  // up (each size its own class again) when one of those slabs runs out
+  // (refill.cpp). Not in secure mode.
   bool young;
   std::atomic<HeapState> state;
   Heap* next_in_registry;  // all heaps ever created
@@ -271,7 +274,7 @@ inline bool borrowed_list_ran_dry(const Heap* heap, unsigned cls) {
          heap->borrowed->list[cls].free == nullptr;
 }
 
-// The young heap's class for small class `cls` (Heap::young).
+// The young heap's class for class `cls` (Heap::young).
 unsigned young_class(unsigned cls);
 // Points the tables that serve `cls` at `page` (or at what stands in for
 // it: the profiler's window, g_empty_page while allocations are watched,
@@ -279,7 +282,7 @@ unsigned young_class(unsigned cls);
 void heap_set_current(Heap* heap, unsigned cls, Page* page);
 // Points the direct table at the current slabs again.
 void direct_table_restore(Heap* heap);
-// From now on each small size gets its own class (Heap::young).
+// From now on each size gets its own class (Heap::young).
 void heap_grow_up(Heap* heap);
 
 // A heap's kept spans and spare slabs are its thread's, but for the pass

@@ -117,7 +117,9 @@ void* heap_alloc_refill(Heap* heap, unsigned cls, bool from_direct, size_t reque
       return block;
     }
   }
-  if (from_direct && heap->young) cls = young_class(cls);
+  // Sizes above kMaxSmallSize come here by class from every path, and any
+  // path takes a larger block of a larger alignment (size_classes.h).
+  if (heap->young && (from_direct || cls >= kNumSmallClasses)) cls = young_class(cls);
   if (XALLOC_UNLIKELY(heap->drain_requested.load(std::memory_order_acquire) != 0)) answer_drain_request(heap);
   if (XALLOC_UNLIKELY(prof::watching()) && from_direct) {
     if (void* sampled = prof::watch(heap, cls, kClassInfo[cls].size, 0, requested)) return sampled;

@@ -63,11 +63,49 @@ TEST(Heap, NewHeapIsYoungAndServesPowerOfTwoClasses) {
     ASSERT_NE(heap, &xalloc::g_empty_heap) << "the first small block gave the thread no heap";
     EXPECT_TRUE(heap->young);
     EXPECT_EQ(xalloc_usable_size(first), 64u);
-    const std::pair<size_t, size_t> young_sizes[] = {{1, 16},     {17, 32},    {48, 64},    {100, 128},
-                                                     {129, 256},  {300, 512},  {600, 1024}, {1000, 1024}};
+    const std::pair<size_t, size_t> young_sizes[] = {
+        {1, 16},     {17, 32},     {48, 64},     {100, 128},   {129, 256},   {300, 512},  {600, 1024},
+        {1000, 1024}, {1025, 2048}, {1500, 2048}, {2049, 4096}, {4097, 8192}, {8192, 8192}};
     for (auto [size, served] : young_sizes) EXPECT_EQ(usable_size_of_new_block(size), served) << "size " << size;
     EXPECT_TRUE(heap->young) << "a few blocks made the heap grow up";
+    // Past kYoungMaxSize each class is its own.
+    EXPECT_EQ(usable_size_of_new_block(9000), 9216u);
+    // Zeroed and aligned blocks of those sizes may come from the
+    // power-of-two slabs too: a larger block, aligned to its own size.
+    void* zeroed = xalloc_calloc(1, 1500);
+    ASSERT_NE(zeroed, nullptr);
+    EXPECT_GE(xalloc_usable_size(zeroed), 1500u);
+    EXPECT_TRUE(std::all_of(static_cast<char*>(zeroed), static_cast<char*>(zeroed) + 1500, [](char c) { return c == 0; }));
+    void* aligned = xalloc_aligned_alloc(512, 1536);
+    ASSERT_NE(aligned, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(aligned) % 512, 0u);
+    EXPECT_GE(xalloc_usable_size(aligned), 1536u);
+    EXPECT_TRUE(heap->young);
+    xalloc_free(aligned);
+    xalloc_free(zeroed);
     xalloc_free(first);
+  }).join();
+}
+
+// A young heap's power-of-two slab above kMaxSmallSize serves the classes
+// below it the same way: when it runs out the heap grows up, and each of
+// those sizes has its own class again.
+TEST(Heap, YoungHeapGrowsUpWhenItsMediumSlabRunsOut) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    std::vector<void*> blocks;
+    blocks.push_back(xalloc_malloc(1500));
+    xalloc::Heap* heap = xalloc::t_heap;
+    ASSERT_TRUE(heap->young);
+    const uint32_t capacity = xalloc::kClassInfo[xalloc::class_of(2048)].capacity;
+    while (heap->young && blocks.size() <= 4u * capacity) blocks.push_back(xalloc_malloc(1100));
+    EXPECT_FALSE(heap->young) << blocks.size() << " blocks of 1100 bytes and still young";
+    EXPECT_EQ(blocks.size(), capacity + 1u) << "grew up before or after its first slab ran out";
+    EXPECT_EQ(xalloc_usable_size(blocks.front()), 2048u);
+    EXPECT_EQ(usable_size_of_new_block(1500), 1536u) << "a grown-up heap serves 1500 bytes from the 1536-byte class";
+    EXPECT_EQ(usable_size_of_new_block(1100), 1152u);
+    EXPECT_EQ(usable_size_of_new_block(3000), 3072u);
+    for (void* p : blocks) xalloc_free(p);
   }).join();
 }
 
