@@ -27,10 +27,10 @@ XALLOC_INLINE void return_block(Heap* heap, FreeBlock* block) {
 }
 
 template <bool kForReuse>
-void drain_inbox(Heap* heap) {
+void drain_inbox(Heap* heap, bool every_lane) {
   heap->inbox_bytes.store(0, std::memory_order_relaxed);
   FreeBlock* taken[kLanes];
-  if (inbox_take(heap, taken, !kForReuse) == 0) return;
+  if (inbox_take(heap, taken, every_lane) == 0) return;
   // The lanes that hold blocks, side by side: their next blocks are loaded
   // independently, so their cache misses overlap.
   FreeBlock* lists[kLanes];
@@ -50,9 +50,11 @@ void drain_inbox(Heap* heap) {
 
 }  // namespace
 
-void heap_drain_inbox(Heap* heap) { drain_inbox<false>(heap); }
+void heap_drain_inbox(Heap* heap) { drain_inbox<false>(heap, false); }
 
-void heap_drain_inbox_for_reuse(Heap* heap) { drain_inbox<true>(heap); }
+void heap_drain_inbox_final(Heap* heap) { drain_inbox<false>(heap, true); }
+
+void heap_drain_inbox_for_reuse(Heap* heap) { drain_inbox<true>(heap, false); }
 
 // (Only with the option on: the slots are shared by every thread.)
 void note_stalled(Heap* heap) {

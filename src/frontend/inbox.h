@@ -39,9 +39,14 @@ inline size_t inbox_take(Heap* heap, FreeBlock* (&lists)[kLanes], bool every_lan
   return active;
 }
 
-// Returns inbox blocks to their slabs (every lane: the final drain of an
-// exiting thread is one).
+// Returns inbox blocks to their slabs.
 void heap_drain_inbox(Heap* heap);
+// The same with an exchange on every lane, empty or not: the drain of an
+// exiting thread's heap once it is marked orphaned (thread_heap_teardown),
+// after which every sender sees the mark and drains its own blocks
+// (orphan_collect). Later drains of the orphan skip the empty lanes: a
+// sender's push comes before its own drain.
+void heap_drain_inbox_final(Heap* heap);
 // The owner's drain before it allocates: in secure mode the blocks wait in
 // the quarantine, as the owner's own frees do; otherwise heap_drain_inbox.
 void heap_drain_inbox_for_reuse(Heap* heap);

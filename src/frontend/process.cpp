@@ -50,7 +50,7 @@ void thread_heap_teardown(void* arg) {
     // saw it active. Any sender whose push comes after this drain's
     // exchange synchronizes with it (acq_rel on both sides), so it sees
     // kOrphan and drains itself (inbox_push).
-    heap_drain_inbox(orphan);
+    heap_drain_inbox_final(orphan);
     returned_spans_release(orphan);  // the same for spans of large blocks
     slab_counts_publish(orphan);     // its thread's last count (t_heap is no longer the heap)
   });

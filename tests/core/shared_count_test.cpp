@@ -182,6 +182,27 @@ TEST(SharedCount, AllocatorRun) {
   EXPECT_EQ(w.mallocs, 3 * kBlocks);
 }
 
+// Blocks freed to an exited thread's heap are drained by their sender at
+// once (orphan_collect), which takes the lanes that hold blocks and leaves
+// the empty ones alone: at most one exchange per lane a push filled, not
+// one on each of the sixteen lanes at every push.
+TEST(SharedCount, OrphanDrainTakesOnlyLanesThatHoldBlocks) {
+  constexpr size_t kBlocks = 2048;  // 128 KiB: several sends of the 16 KiB batch
+  xalloc_free(xalloc_malloc(64));  // this thread's own heap, before the other one exits
+  std::vector<void*> blocks(kBlocks);
+  on_new_thread([&] {
+    for (void*& p : blocks) p = xalloc_malloc(64);
+  });
+  uint64_t pushes = count_at(sc::Site::kInboxPush);
+  uint64_t takes = count_at(sc::Site::kInboxTake);
+  for (void* p : blocks) xalloc_free(p);
+  xalloc_thread_collect();  // sends what is still staged
+  pushes = count_at(sc::Site::kInboxPush) - pushes;
+  takes = count_at(sc::Site::kInboxTake) - takes;
+  EXPECT_GT(pushes, 0u) << "the blocks did not reach the exited thread's inbox";
+  EXPECT_LE(takes, pushes) << pushes << " pushes";
+}
+
 TEST(SharedCount, StatsLineAndWarmUp) {
   auto r = xtest::fresh_with_env({{"XALLOC_STATS", "1"}, {"XALLOC_COUNT_SHARED_AFTER_MS", "100"}}, [] {
     xalloc_free(xalloc_malloc(16));
