@@ -24,6 +24,28 @@ bool kernel_allows() {
   return known == 1;
 }
 
+// Whether huge blocks get huge pages when dense (note_block): as active(),
+// without the threshold, as a huge block is a big heap's by itself.
+bool judges_blocks() {
+  return g_options.huge_pages == Switch::kAuto && !g_options.commit_on_demand && kernel_allows();
+}
+
+// The verdict on the last huge block noted: written densely.
+std::atomic<bool> g_dense_blocks{false};
+
+constexpr size_t kRangePages = kHugePageSize / kOsPageSize;
+static_assert(kRangePages <= os::kResidencyPages);
+
+// Resident pages of the 2 MiB range at `range_start` (mincore); 0 if the
+// kernel refuses.
+size_t resident_pages(uintptr_t range_start) {
+  uint8_t residency[kRangePages];
+  if (!os::page_residency(reinterpret_cast<void*>(range_start), kHugePageSize, residency)) return 0;
+  size_t resident = 0;
+  for (uint8_t page : residency) resident += page & 1;
+  return resident;
+}
+
 // Calls fn(range, overlap) for each range [first, first+count) overlaps.
 template <typename Fn>
 void for_each_range(size_t first, size_t count, Fn&& fn) {
@@ -92,16 +114,20 @@ void demote(Segment* segment, size_t first, size_t end) {
 }
 
 bool mostly_resident(const Segment* segment, size_t range) {
-  constexpr size_t kPages = kHugePageSize / kOsPageSize;
-  static_assert(kPages <= os::kResidencyPages);
-  uint8_t residency[kPages];
-  if (!os::page_residency(reinterpret_cast<void*>(segment->slice_address(range * kRangeSlices)), kHugePageSize,
-                          residency))
-    return false;
-  size_t resident = 0;
-  for (uint8_t page : residency) resident += page & 1;
-  return resident * kRangeSlices >= kPages * kDenseSlices;
+  return resident_pages(segment->slice_address(range * kRangeSlices)) * kRangeSlices >= kRangePages * kDenseSlices;
 }
+
+void note_block(uintptr_t start, size_t bytes) {
+  if (!judges_blocks()) return;
+  uintptr_t middle = (start + bytes / 2) & ~(kHugePageSize - 1);
+  if (middle < start || middle + kHugePageSize > start + bytes) return;
+  size_t resident = resident_pages(middle);
+  // Between the two bounds the last verdict stands.
+  if (resident * 8 >= kRangePages * 7) g_dense_blocks.store(true, std::memory_order_relaxed);
+  else if (resident * 2 < kRangePages) g_dense_blocks.store(false, std::memory_order_relaxed);
+}
+
+bool blocks_dense() { return g_dense_blocks.load(std::memory_order_relaxed) && judges_blocks(); }
 
 void Collapses::run() {
   for (size_t i = 0; i < count; ++i) os::collapse_huge_pages(reinterpret_cast<void*>(start[i]), kHugePageSize);

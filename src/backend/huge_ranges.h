@@ -84,6 +84,18 @@ void demote(Segment* segment, size_t first, size_t end);
 // collapsing it then costs little memory.
 bool mostly_resident(const Segment* segment, size_t range);
 
+// Huge blocks (frontend/huge.cpp) have mappings of their own, which huge
+// pages suit where the program writes a block in full, and do not where it
+// writes a few bytes here and there (a byte every 256 KiB, as
+// mimalloc-bench's malloc-large does, would make 512 times that resident).
+// Judged from the blocks the program lets go of or grows: the 2 MiB range
+// in the middle of each, mostly resident or mostly not (one mincore call).
+void note_block(uintptr_t start, size_t bytes);
+// Whether a huge block's mapping, fresh or purged, gets huge pages: the
+// last block noted was dense (XALLOC_HUGE_PAGES=auto, no commit on demand,
+// the kernel willing).
+bool blocks_dense();
+
 // Ranges to collapse once the lock is released.
 struct Collapses {
   static constexpr size_t kMax = 32;

@@ -46,6 +46,7 @@ struct Segment {
   uint64_t freed_at;          // huge cache: when the block was freed (ms)
   uint8_t huge_purged;        // huge cache: its pages were given back
   uint8_t huge_sealed;        // huge cache, secure mode or commit on demand: and made inaccessible (frontend/huge_cache.cpp)
+  uint8_t huge_advised;       // huge: its mapping is advised huge pages (huge_ranges::blocks_dense)
   uint32_t huge_open_from;    // huge, sealed once: offset where the accessible bytes begin (0: all)
   // Slices that may be resident (touched since the last purge): a span with
   // none of its bits set reads as zero.

@@ -84,7 +84,7 @@ void heap_set_current(Heap* heap, unsigned cls, Page* page) {
   heap->serving[cls] = page;
   if (!small) {
     // A young heap's power-of-two slab serves the classes below it too.
-    if (heap->young && kYoungClass[cls] == cls && class_size_of(cls) <= kYoungMaxSize) {
+    if (heap->young && kYoungClass[cls] == cls && kClassInfo[cls].size <= kYoungMaxSize) {
       YoungGroup group = young_medium_group(cls);
       for (unsigned c = group.first; c < group.end; ++c) heap->serving[c] = page;
     }
@@ -106,7 +106,7 @@ void direct_table_restore(Heap* heap) {
 void heap_grow_up(Heap* heap) {
   heap->young = false;
   direct_table_restore(heap);
-  for (unsigned cls = kNumSmallClasses; cls < kNumClasses && class_size_of(cls) <= kYoungMaxSize; ++cls)
+  for (unsigned cls = kNumSmallClasses; cls < kNumClasses && kClassInfo[cls].size <= kYoungMaxSize; ++cls)
     heap_serve(heap, cls);
 }
 

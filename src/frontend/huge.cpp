@@ -3,6 +3,7 @@
 #include <bit>
 #include <cerrno>
 
+#include "backend/huge_ranges.h"
 #include "diag/heap_profiler.h"
 #include "frontend/block_memory.h"
 #include "frontend/heap_upkeep.h"
@@ -71,6 +72,20 @@ void huge_move_guard(Segment* segment, size_t usable) {
   segment->huge_usable = usable;
   stats::add(stats::g_global.large_in_use, usable);
   guard_after(page, huge_guard_address(segment));
+}
+
+// Advises the mapping of a huge block for huge pages, or against them, as
+// the blocks let go of lately were written (huge_ranges::blocks_dense),
+// before the program first touches its memory: fresh, purged, or the part a
+// grown block gained (its resident pages are dense already). Nothing where
+// the advice stands; a mapping never advised keeps the kernel's default.
+// (Of `mapping` bytes: a fresh one is advised before its header is
+// written, which would put the first 2 MiB on small pages.)
+void advise_block_pages(Segment* segment, size_t mapping) {
+  bool use = huge_ranges::blocks_dense();
+  if (use == (segment->huge_advised != 0)) return;
+  os::advise_huge_pages(reinterpret_cast<void*>(segment->base()), mapping, use);
+  segment->huge_advised = use ? 1 : 0;
 }
 
 // A fresh mapping of `mapping` bytes for a huge block, aligned to the
@@ -211,6 +226,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = segment == nullptr;
   if (fresh && (segment = fresh_mapping(mapping)) == nullptr) return fail_enomem();
   bool is_zero = fresh || segment->huge_purged;
+  if (is_zero) advise_block_pages(segment, fresh ? mapping : segment->mapping_size);
   segment->pages[0].is_zero = is_zero ? 1 : 0;
   if (fresh) {
     segment->huge_purged = 0;
@@ -228,6 +244,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
 
 void huge_free(Segment* segment) {
   if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(&segment->pages[0]);
+  huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   huge_cache_put(segment);
 }
@@ -237,7 +254,15 @@ void* huge_resize(Segment* segment, void* ptr, size_t size) {
   size_t offset = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - segment->base());
   size_t mapping = huge_mapping_bytes(offset + size);
   size_t old_mapping = segment->mapping_size;
-  if (mapping > old_mapping || mapping * 2 <= old_mapping) return huge_remap(segment, offset, mapping, size);
+  if (mapping > old_mapping) {
+    // The block as the program wrote it so far says how the part it grows
+    // by will be written.
+    huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
+    void* moved = huge_remap(segment, offset, mapping, size);
+    if (moved != nullptr) advise_block_pages(segment_of(reinterpret_cast<uintptr_t>(moved)), mapping);
+    return moved;
+  }
+  if (mapping * 2 <= old_mapping) return huge_remap(segment, offset, mapping, size);
   // It fits, without much of the mapping idle.
   if (secure::kEnabled && round_up(size, kOsPageSize) > segment->huge_usable)
     huge_move_guard(segment, round_up(size, kOsPageSize));

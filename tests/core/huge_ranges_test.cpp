@@ -237,4 +237,57 @@ TEST(HugeRanges, NeverOptionKeepsEveryRangeOnSmallPages) {
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
 }
 
+// --- huge blocks -----------------------------------------------------------------
+
+// Writes `bytes` of a new huge block: all of them, or a byte every 256 KiB.
+void* written_huge_block(size_t bytes, bool dense) {
+  auto* p = static_cast<char*>(xalloc_malloc(bytes));
+  if (p == nullptr) return nullptr;
+  if (dense) std::memset(p, 1, bytes);
+  else
+    for (size_t at = 0; at < bytes; at += 256 << 10) p[at] = 1;
+  return p;
+}
+
+// A fresh huge block written in full after one written in full was freed
+// is on huge pages; after one written sparsely was freed it is not (each
+// block a size the cached mapping before it cannot take).
+int huge_block_body() {
+  xalloc_free(written_huge_block(24 * kMiB, false));
+  void* after_sparse = written_huge_block(48 * kMiB, true);
+  if (after_sparse == nullptr) return 10;
+  Coverage sparse = coverage_of({reinterpret_cast<uintptr_t>(after_sparse) >> xalloc::kSegmentShift});
+  xalloc_free(after_sparse);  // written in full
+  void* after_dense = written_huge_block(72 * kMiB, true);
+  if (after_dense == nullptr) return 11;
+  Coverage dense = coverage_of({reinterpret_cast<uintptr_t>(after_dense) >> xalloc::kSegmentShift});
+  xalloc_free(after_dense);
+  std::fprintf(stderr, "after a sparse block: %zu of %zu KiB on huge pages; after a dense one: %zu of %zu KiB\n",
+               sparse.huge >> 10, sparse.resident >> 10, dense.huge >> 10, dense.resident >> 10);
+  if (sparse.huge != 0) return 1;
+  if (dense.huge * 10 < dense.resident * 9) return 2;
+  return 0;
+}
+
+TEST(HugeRanges, HugeBlocksGetHugePagesAfterADenselyWrittenOne) {
+  std::string thp = thp_setting();
+  if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
+  auto r = xtest::fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "0"}}, [] { return huge_block_body(); });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  std::printf("%s", r.err.c_str());
+}
+
+TEST(HugeRanges, HugeBlocksStayOnSmallPagesWithTheNeverOption) {
+  std::string thp = thp_setting();
+  if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
+  auto r = xtest::fresh_with_env({{"XALLOC_HUGE_PAGES", "0"}, {"XALLOC_COMMIT_ON_DEMAND", "0"}}, [] {
+    xalloc_free(written_huge_block(24 * kMiB, true));
+    void* p = written_huge_block(48 * kMiB, true);
+    Coverage c = coverage_of({reinterpret_cast<uintptr_t>(p) >> xalloc::kSegmentShift});
+    xalloc_free(p);
+    return c.huge == 0 ? 0 : 1;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+}
+
 }  // namespace
