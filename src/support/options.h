@@ -42,7 +42,8 @@ struct Options {
   // Transparent huge pages for segments: off, never, even where the
   // kernel would by default (THP "always"); always, wherever THP is
   // enabled; or auto, for the 2 MiB ranges of a big heap that are densely
-  // used (backend/huge_ranges.h).
+  // used, and huge blocks while they are written densely
+  // (backend/huge_ranges.h).
   Switch huge_pages = Switch::kAuto;
   // Freed huge blocks (> 16 MiB) kept mapped for reuse, in bytes.
   uint64_t huge_cache_bytes = 256ull << 20;
