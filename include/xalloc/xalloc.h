@@ -110,7 +110,8 @@ typedef struct xalloc_stats_s {
   size_t resident;        /* xalloc's memory resident now */
   size_t on_huge_pages;   /* of which on huge pages (AnonHugePages) */
   size_t faults_avoided;  /* 4 KiB page faults avoided by 2 MiB ranges advised before their first
-                             touch (511 each, where the kernel allows huge pages) */
+                             touch (511 each, where the kernel allows huge pages): slab ranges and
+                             huge blocks' mappings */
   /* XALLOC_STATS=1: the account (above) taken when the process's resident
    * memory, looked at whenever xalloc takes a slab or a large block, last
    * rose a thirty-second (and at least 64 KiB) past the one before, so

@@ -88,6 +88,13 @@ void advise_block_pages(Segment* segment, size_t mapping) {
   segment->huge_advised = use ? 1 : 0;
 }
 
+// Counts the faults that `bytes` of a huge block's mapping, advised huge
+// pages before their first touch, avoid (as huge_ranges counts its ranges).
+void count_faults_avoided(const Segment* segment, size_t bytes) {
+  if (segment->huge_advised)
+    stats::add(stats::g_global.faults_avoided, bytes / kHugePageSize * huge_ranges::kFaultsAvoidedPerRange);
+}
+
 // A fresh mapping of `mapping` bytes for a huge block, aligned to the
 // segment size, whose range the segment map can take; nullptr if refused.
 void* map_huge(size_t mapping) {
@@ -226,7 +233,11 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = segment == nullptr;
   if (fresh && (segment = fresh_mapping(mapping)) == nullptr) return fail_enomem();
   bool is_zero = fresh || segment->huge_purged;
-  if (is_zero) advise_block_pages(segment, fresh ? mapping : segment->mapping_size);
+  if (is_zero) {
+    size_t bytes = fresh ? mapping : segment->mapping_size;
+    advise_block_pages(segment, bytes);
+    count_faults_avoided(segment, bytes);
+  }
   segment->pages[0].is_zero = is_zero ? 1 : 0;
   if (fresh) {
     segment->huge_purged = 0;
@@ -259,7 +270,10 @@ void* huge_resize(Segment* segment, void* ptr, size_t size) {
     // by will be written.
     huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
     void* moved = huge_remap(segment, offset, mapping, size);
-    if (moved != nullptr) advise_block_pages(segment_of(reinterpret_cast<uintptr_t>(moved)), mapping);
+    if (moved == nullptr) return nullptr;
+    Segment* grown = segment_of(reinterpret_cast<uintptr_t>(moved));
+    advise_block_pages(grown, mapping);
+    count_faults_avoided(grown, mapping - old_mapping);
     return moved;
   }
   if (mapping * 2 <= old_mapping) return huge_remap(segment, offset, mapping, size);

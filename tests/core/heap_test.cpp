@@ -75,7 +75,8 @@ TEST(Heap, NewHeapIsYoungAndServesPowerOfTwoClasses) {
     void* zeroed = xalloc_calloc(1, 1500);
     ASSERT_NE(zeroed, nullptr);
     EXPECT_GE(xalloc_usable_size(zeroed), 1500u);
-    EXPECT_TRUE(std::all_of(static_cast<char*>(zeroed), static_cast<char*>(zeroed) + 1500, [](char c) { return c == 0; }));
+    const char* bytes = static_cast<const char*>(zeroed);
+    EXPECT_TRUE(std::all_of(bytes, bytes + 1500, [](char c) { return c == 0; }));
     void* aligned = xalloc_aligned_alloc(512, 1536);
     ASSERT_NE(aligned, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(aligned) % 512, 0u);

@@ -258,10 +258,17 @@ int huge_block_body() {
   if (after_sparse == nullptr) return 10;
   Coverage sparse = coverage_of({reinterpret_cast<uintptr_t>(after_sparse) >> xalloc::kSegmentShift});
   xalloc_free(after_sparse);  // written in full
+  xalloc_stats_t before;
+  xalloc_get_stats(&before);
   void* after_dense = written_huge_block(72 * kMiB, true);
   if (after_dense == nullptr) return 11;
   Coverage dense = coverage_of({reinterpret_cast<uintptr_t>(after_dense) >> xalloc::kSegmentShift});
+  xalloc_stats_t after;
+  xalloc_get_stats(&after);
   xalloc_free(after_dense);
+  // Its mapping's 2 MiB ranges, advised before their first touch, are
+  // counted as the slab ranges are: 511 faults each.
+  if (after.faults_avoided - before.faults_avoided < 72 / 2 * hr::kFaultsAvoidedPerRange) return 3;
   std::fprintf(stderr, "after a sparse block: %zu of %zu KiB on huge pages; after a dense one: %zu of %zu KiB\n",
                sparse.huge >> 10, sparse.resident >> 10, dense.huge >> 10, dense.resident >> 10);
   if (sparse.huge != 0) return 1;
