@@ -21,6 +21,7 @@
 #include "frontend/inbox.h"
 #include "frontend/outbox.h"
 #include "frontend/purger.h"
+#include "backend/huge_ranges.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 #include "support/counters.h"
@@ -315,6 +316,9 @@ XALLOC_NOINLINE void* realloc_by_moving(void* ptr, size_t old_size, size_t size,
 // huge.h). Out of line for the same reason: realloc only jumps here.
 XALLOC_NOINLINE void* realloc_large(Page* page, void* ptr, size_t size, Caller caller) {
   if (large_resize_in_place(page, size)) return ptr;
+  // Grown into a huge block: judged as written so far, as a huge block
+  // that grows is (huge_ranges.h), before the huge block is mapped.
+  if (size > kMaxLargeSize) huge_ranges::note_block(reinterpret_cast<uintptr_t>(ptr), page->large_usable);
   return realloc_by_moving(ptr, page->large_usable, size, caller);
 }
 

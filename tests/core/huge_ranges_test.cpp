@@ -284,6 +284,26 @@ TEST(HugeRanges, HugeBlocksGetHugePagesAfterADenselyWrittenOne) {
   std::printf("%s", r.err.c_str());
 }
 
+// A large block written in full and grown by realloc into a huge block
+// is judged as it grows: the huge block it moves to is on huge pages,
+// with no huge block freed before.
+TEST(HugeRanges, LargeBlockGrownIntoAHugeOneMovesOntoHugePages) {
+  std::string thp = thp_setting();
+  if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
+  auto r = xtest::fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "0"}}, [] {
+    void* large = written_huge_block(12 * kMiB, true);
+    auto* grown = static_cast<char*>(xalloc_realloc(large, 40 * kMiB));
+    if (grown == nullptr) return 10;
+    std::memset(grown + 12 * kMiB, 2, 28 * kMiB);
+    Coverage c = coverage_of({reinterpret_cast<uintptr_t>(grown) >> xalloc::kSegmentShift});
+    xalloc_free(grown);
+    std::fprintf(stderr, "grown block: %zu of %zu KiB on huge pages\n", c.huge >> 10, c.resident >> 10);
+    return c.huge * 10 >= c.resident * 9 ? 0 : 1;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  std::printf("%s", r.err.c_str());
+}
+
 TEST(HugeRanges, HugeBlocksStayOnSmallPagesWithTheNeverOption) {
   std::string thp = thp_setting();
   if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
