@@ -74,25 +74,22 @@ void huge_move_guard(Segment* segment, size_t usable) {
   guard_after(page, huge_guard_address(segment));
 }
 
-// Advises the mapping of a huge block for huge pages, or against them, as
-// the blocks let go of lately were written (huge_ranges::blocks_dense),
-// before the program first touches its memory: fresh, purged, or the part a
-// grown block gained (its resident pages are dense already). Nothing where
-// the advice stands; a mapping never advised keeps the kernel's default.
-// (Of `mapping` bytes: a fresh one is advised before its header is
-// written, which would put the first 2 MiB on small pages.)
-void advise_block_pages(Segment* segment, size_t mapping) {
+// Advises the mapping of a huge block, `mapping` bytes, for huge pages or
+// against them, as the blocks let go of lately were written
+// (huge_ranges::blocks_dense), before the program first touches its last
+// `fresh` bytes: a fresh or purged mapping (all of it: a fresh one before
+// its header is written, which would put the first 2 MiB on small pages),
+// or the part a grown block gained (its resident pages are dense already).
+// Nothing where the advice stands; a mapping never advised keeps the
+// kernel's default. Advised ranges count as faults avoided, as huge_ranges
+// counts its own.
+void advise_block_pages(Segment* segment, size_t mapping, size_t fresh) {
   bool use = huge_ranges::blocks_dense();
-  if (use == (segment->huge_advised != 0)) return;
-  os::advise_huge_pages(reinterpret_cast<void*>(segment->base()), mapping, use);
-  segment->huge_advised = use ? 1 : 0;
-}
-
-// Counts the faults that `bytes` of a huge block's mapping, advised huge
-// pages before their first touch, avoid (as huge_ranges counts its ranges).
-void count_faults_avoided(const Segment* segment, size_t bytes) {
-  if (segment->huge_advised)
-    stats::add(stats::g_global.faults_avoided, bytes / kHugePageSize * huge_ranges::kFaultsAvoidedPerRange);
+  if (use != (segment->huge_advised != 0)) {
+    os::advise_huge_pages(reinterpret_cast<void*>(segment->base()), mapping, use);
+    segment->huge_advised = use ? 1 : 0;
+  }
+  if (use) stats::add(stats::g_global.faults_avoided, fresh / kHugePageSize * huge_ranges::kFaultsAvoidedPerRange);
 }
 
 // A fresh mapping of `mapping` bytes for a huge block, aligned to the
@@ -233,11 +230,8 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = segment == nullptr;
   if (fresh && (segment = fresh_mapping(mapping)) == nullptr) return fail_enomem();
   bool is_zero = fresh || segment->huge_purged;
-  if (is_zero) {
-    size_t bytes = fresh ? mapping : segment->mapping_size;
-    advise_block_pages(segment, bytes);
-    count_faults_avoided(segment, bytes);
-  }
+  size_t bytes = fresh ? mapping : segment->mapping_size;
+  if (is_zero) advise_block_pages(segment, bytes, bytes);
   segment->pages[0].is_zero = is_zero ? 1 : 0;
   if (fresh) {
     segment->huge_purged = 0;
@@ -271,9 +265,7 @@ void* huge_resize(Segment* segment, void* ptr, size_t size) {
     huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
     void* moved = huge_remap(segment, offset, mapping, size);
     if (moved == nullptr) return nullptr;
-    Segment* grown = segment_of(reinterpret_cast<uintptr_t>(moved));
-    advise_block_pages(grown, mapping);
-    count_faults_avoided(grown, mapping - old_mapping);
+    advise_block_pages(segment_of(reinterpret_cast<uintptr_t>(moved)), mapping, mapping - old_mapping);
     return moved;
   }
   if (mapping * 2 <= old_mapping) return huge_remap(segment, offset, mapping, size);

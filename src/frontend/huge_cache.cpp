@@ -106,10 +106,11 @@ Segment* cache_evict_over_budget(Segment*& oldest) {
 }
 
 // Purges, or schedules a purge, after a mapping freed at `freed_now`
-// joined the cache, whose oldest is `oldest` (under g_huge_lock). A burst of frees far beyond the resident
-// budget that nothing reuses, making up most of the cache (a buffer that
-// doubled past 16 MiB on several threads at once), goes back at once,
-// oldest first, as in the span allocator; a smaller excess once it may go.
+// joined the cache, whose oldest is `oldest` (under g_huge_lock). A burst
+// of frees far beyond the resident budget that nothing reuses, making up
+// most of the cache (a buffer that doubled past 16 MiB on several threads
+// at once), goes back at once, oldest first, as in the span allocator; a
+// smaller excess once it may go.
 // A cache in active use (blocks of varying sizes allocated and freed in
 // turn) keeps the delay: a purged mapping faults its pages in again when it
 // is reused.
