@@ -14,7 +14,7 @@ constexpr size_t kZeroByResidencyMin = 8 * 1024 * 1024;
 void populate_for_copy(void* block, size_t bytes) {
   const Page* page = lookup_page(reinterpret_cast<uintptr_t>(block));
   if (page == nullptr || page->kind() == PageKind::kSlab || !page->is_zero) return;
-  os::populate(block, round_up(bytes, kOsPageSize));
+  os::populate(block, bytes);  // (which takes whole pages)
 }
 
 // Zeroes a block for calloc whose memory held other blocks before (a kept
