@@ -225,6 +225,7 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
   size_t mapping = huge_mapping_bytes(offset + size);
+  huge_ranges::judge_handed_out();
   bool opened = false;
   Segment* segment = cached_mapping(mapping, offset, &opened);
   bool fresh = segment == nullptr;
@@ -243,12 +244,14 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   stats::note_in_use();
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
+  huge_ranges::note_handed_out(segment->pages[0].start, segment->huge_usable);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
 }
 
 void huge_free(Segment* segment) {
   if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(&segment->pages[0]);
+  huge_ranges::forget_handed_out(segment->pages[0].start, segment->huge_usable);
   huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   huge_cache_put(segment);

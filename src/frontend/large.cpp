@@ -12,6 +12,7 @@
 #include "support/counters.h"
 #include "support/fail.h"
 #include "support/emergency_heap.h"
+#include "backend/huge_ranges.h"
 #include "backend/span_allocator.h"
 
 namespace xalloc {
@@ -83,6 +84,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   span->large_home = heap;
   large_guard_at(span, usable);
   void* block = reinterpret_cast<void*>(span->start);
+  huge_ranges::note_handed_out(span->start, usable);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
 }
@@ -98,6 +100,7 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 
 void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
+  huge_ranges::forget_handed_out(page->start, page->large_usable);
   if (page->large_home != t_heap && return_span_home(page)) return;
   if (keep_span(page)) {
     // A thread that only takes and keeps spans still does the periodic

@@ -54,6 +54,7 @@ enum class Site : uint8_t {
   kBorrow,
   kKeptSpans,
   kSegmentMapBits,
+  kHandedOutBlock,
   kTestAtomic,  // atomics of tests
   kCount
 };

@@ -276,6 +276,44 @@ int huge_block_body() {
   return 0;
 }
 
+// A block is judged when the next huge block is asked for, not only once it
+// is freed: a program that fills each buffer before it asks for the next
+// has the second on huge pages while the first is still live, whether the
+// first is huge or large; one that wrote the first sparsely has not.
+int live_block_body(size_t first_bytes, bool first_dense, bool expect_huge) {
+  void* first = written_huge_block(first_bytes, first_dense);
+  void* second = written_huge_block(40 * kMiB, true);
+  if (first == nullptr || second == nullptr) return 10;
+  Coverage c = coverage_of({reinterpret_cast<uintptr_t>(second) >> xalloc::kSegmentShift});
+  xalloc_free(second);
+  xalloc_free(first);
+  std::fprintf(stderr, "second block: %zu of %zu KiB on huge pages\n", c.huge >> 10, c.resident >> 10);
+  if (expect_huge) return c.huge * 10 >= c.resident * 9 ? 0 : 1;
+  return c.huge == 0 ? 0 : 2;
+}
+
+void expect_live_block_verdict(size_t first_bytes, bool first_dense, bool expect_huge) {
+  std::string thp = thp_setting();
+  if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
+  auto r = xtest::fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "0"}}, [=] {
+    return live_block_body(first_bytes, first_dense, expect_huge);
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
+  std::printf("%s", r.err.c_str());
+}
+
+TEST(HugeRanges, HugeBlockAfterALiveHugeOneWrittenInFullGetsHugePages) {
+  expect_live_block_verdict(24 * kMiB, true, true);
+}
+
+TEST(HugeRanges, HugeBlockAfterALiveLargeOneWrittenInFullGetsHugePages) {
+  expect_live_block_verdict(12 * kMiB, true, true);
+}
+
+TEST(HugeRanges, HugeBlockAfterALiveSparseOneStaysOnSmallPages) {
+  expect_live_block_verdict(24 * kMiB, false, false);
+}
+
 TEST(HugeRanges, HugeBlocksGetHugePagesAfterADenselyWrittenOne) {
   std::string thp = thp_setting();
   if (thp != "madvise") GTEST_SKIP() << "THP " << thp << ": huge pages are the kernel's choice or none";
