@@ -203,6 +203,36 @@ TEST(Heap, FreshSlabOfAGrownHeapIsResidentAheadOfItsCarvingByAtMostWhatWasCarved
   }).join();
 }
 
+// Blocks of up to two pages are populated ahead as well: a carve writes a
+// header into nearly every page (a block of 4608 bytes starts in eight of
+// every nine), and a program fills the rest. Five blocks of 4608 bytes
+// (six pages reached) leave eight pages resident, where the headers alone
+// would fault in five.
+TEST(Heap, FreshSlabOfTwoPageBlocksIsResidentAheadOfItsCarving) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    std::vector<void*> blocks;
+    blocks.push_back(xalloc_malloc(48));
+    xalloc::Heap* heap = xalloc::t_heap;
+    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
+    ASSERT_FALSE(heap->young);
+    constexpr size_t kSize = 4608;
+    ASSERT_EQ(xalloc::kClassInfo[xalloc::class_of(kSize)].size, kSize);
+    std::vector<void*> slab_blocks;
+    for (size_t i = 0; i < 5; ++i) slab_blocks.push_back(xalloc_malloc(kSize));
+    uintptr_t base = reinterpret_cast<uintptr_t>(slab_blocks.front());
+    ASSERT_EQ(base & (kSlice - 1), 0u) << "not a fresh slab";
+    for (size_t i = 0; i < 5; ++i) ASSERT_EQ(reinterpret_cast<uintptr_t>(slab_blocks[i]), base + i * kSize);
+    uint8_t residency[kSlice / xalloc::kOsPageSize];
+    ASSERT_TRUE(xalloc::os::page_residency(reinterpret_cast<void*>(base), kSlice, residency));
+    size_t pages = 0;
+    for (uint8_t r : residency) pages += r & 1;
+    EXPECT_EQ(pages, 8u);
+    for (void* p : slab_blocks) xalloc_free(p);
+    for (void* p : blocks) xalloc_free(p);
+  }).join();
+}
+
 // --- current slabs -----------------------------------------------------------------
 
 TEST(Basic, RandomReplacementKeepsExactCountsAcrossSlabs) {
