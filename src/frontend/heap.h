@@ -42,6 +42,12 @@ constexpr uint32_t kKeptSpanSlots = 4;
 constexpr uint32_t kKeptSliceBudget = 32;  // 2 MiB: a buffer of 1 MiB and a few bytes fits
 constexpr uint32_t kKeptSlicesAllHeaps = 16 * kKeptSliceBudget;  // 32 MiB
 
+// A large block taken from memory that read as zero (large.cpp).
+struct FreshLarge {
+  uintptr_t start = 0;
+  size_t pages = 0;
+};
+
 enum class HeapState : uint32_t {
   kActive = 0,   // owned by a live thread
   kOrphan = 1,   // its thread exited; waiting for adoption
@@ -182,6 +188,11 @@ struct alignas(64) Heap {
   BorrowedLists* borrowed;
   // Spans of freed large blocks kept for reuse (KeptSpans, above).
   KeptSpans kept;
+  // The last large block this thread took from fresh memory, and, bit n
+  // for blocks of bit_width(pages) == n, whether the thread writes its
+  // blocks of that size in full (large.cpp).
+  FreshLarge fresh_large;
+  uint32_t large_sizes_written;
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -239,7 +250,7 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, requested_bytes{}, sample_countdown(0), windows(nullptr),
-      borrowed(nullptr), kept{}, outbox{},
+      borrowed(nullptr), kept{}, fresh_large{}, large_sizes_written(0), outbox{},
 #if XALLOC_SECURE
       quarantine{},
 #endif

@@ -1,5 +1,7 @@
 #include "frontend/large.h"
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 
 #include "diag/heap_profiler.h"
@@ -10,6 +12,7 @@
 #include "frontend/kept_spans.h"
 #include "frontend/thread_registry.h"
 #include "support/counters.h"
+#include "platform/os.h"
 #include "support/fail.h"
 #include "support/emergency_heap.h"
 #include "backend/huge_ranges.h"
@@ -18,6 +21,52 @@
 namespace xalloc {
 
 namespace {
+
+// Fresh large blocks and how the program writes them. A block handed out
+// from memory that reads as zero faults its pages in one at a time as the
+// program first writes them; where it writes its blocks in full (a string
+// or buffer filled, a copy), one call makes the block resident for about
+// half the cost (os.h). Judged from the blocks themselves, per thread and
+// by size (a verdict per power of two of pages: a thread's buffers of one
+// size tend to be written alike, and a growing container's array, half
+// written when it is judged, says nothing of the strings it holds): the
+// last fresh block a thread took is looked at (mincore) when it takes the
+// next, unless it freed it first. Its tail, the last eighth of its pages
+// (kTailPages at most), is never populated, so that what is resident there
+// is what the program wrote: all of it sets its size's verdict, less
+// clears it. A program that writes a byte here and there in each block (a
+// header, the last byte) keeps its blocks faulting page by page.
+constexpr size_t kTailPages = 64;
+
+uint32_t size_bit(size_t pages) { return uint32_t{1} << std::bit_width(pages); }
+size_t tail_pages(size_t pages) { return std::clamp<size_t>(pages / 8, 1, kTailPages); }
+
+void judge_last_fresh_block(Heap* heap) {
+  FreshLarge last = heap->fresh_large;
+  if (last.pages == 0) return;
+  heap->fresh_large = {};
+  size_t tail = tail_pages(last.pages);
+  uint8_t residency[kTailPages];
+  void* tail_start = reinterpret_cast<void*>(last.start + (last.pages - tail) * kOsPageSize);
+  if (!os::page_residency(tail_start, tail * kOsPageSize, residency)) return;
+  bool written = true;
+  for (size_t i = 0; i < tail; ++i) written &= (residency[i] & 1) != 0;
+  if (written) heap->large_sizes_written |= size_bit(last.pages);
+  else heap->large_sizes_written &= ~size_bit(last.pages);
+}
+
+// A fresh block about to be handed out by `heap`: judges the one before,
+// makes this one resident but for its tail if the thread writes blocks of
+// its size in full (unless calloc zeroes it, which writes it all anyway),
+// and notes it for the next.
+void hand_out_fresh(Heap* heap, uintptr_t start, size_t usable, bool zero) {
+  if (heap == &g_empty_heap) return;
+  judge_last_fresh_block(heap);
+  size_t pages = usable / kOsPageSize;
+  if (!zero && (heap->large_sizes_written & size_bit(pages)) != 0)
+    os::populate(reinterpret_cast<void*>(start), (pages - tail_pages(pages)) * kOsPageSize);
+  heap->fresh_large = {start, pages};
+}
 
 // Slices of a large block of `usable` bytes (whole pages): secure mode
 // adds its guard page.
@@ -85,6 +134,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   large_guard_at(span, usable);
   void* block = reinterpret_cast<void*>(span->start);
   huge_ranges::note_handed_out(span->start, usable);
+  if (is_zero) hand_out_fresh(heap, span->start, usable, zero);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
 }
@@ -101,6 +151,9 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
   huge_ranges::forget_handed_out(page->start, page->large_usable);
+  // (A block its own thread frees before it takes the next is not judged:
+  // its memory may be reused or purged by then.)
+  if (t_heap->fresh_large.start == page->start) t_heap->fresh_large = {};
   if (page->large_home != t_heap && return_span_home(page)) return;
   if (keep_span(page)) {
     // A thread that only takes and keeps spans still does the periodic
