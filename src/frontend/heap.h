@@ -193,6 +193,9 @@ struct alignas(64) Heap {
   // blocks of that size in full (large.cpp).
   FreshLarge fresh_large;
   uint32_t large_sizes_written;
+  // Bit c: the thread writes its blocks of class c in full (classes of
+  // blocks over two pages: heap_slabs.cpp).
+  uint64_t big_classes_written;
 
   Outbox outbox;
 #if XALLOC_SECURE
@@ -250,7 +253,7 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, requested_bytes{}, sample_countdown(0), windows(nullptr),
-      borrowed(nullptr), kept{}, fresh_large{}, large_sizes_written(0), outbox{},
+      borrowed(nullptr), kept{}, fresh_large{}, large_sizes_written(0), big_classes_written(0), outbox{},
 #if XALLOC_SECURE
       quarantine{},
 #endif

@@ -125,6 +125,33 @@ void populate_ahead(const Page* page, uintptr_t first, uintptr_t carve_end) {
   if (to >= from + 2 * kOsPageSize) os::populate(reinterpret_cast<void*>(from), to - from);
 }
 
+// A grown heap's fresh slab of blocks over two pages, carved one at a
+// time: a carve writes only each block's first page, and whether the
+// program writes the rest is its own affair, judged per heap and class as
+// large blocks are (large.cpp). The page in the middle of each block (its
+// own: the block spans three pages or more) is never populated, so that
+// the block carved before tells by that page whether the program wrote it
+// through (a block tagged at both ends, or with a header alone, does not
+// count). While it does, each block is made resident but for that page,
+// in two calls (not in secure mode, whose canaries end the blocks).
+uintptr_t middle_page(uintptr_t block, size_t size) { return (block + size / 2) & ~(kOsPageSize - 1); }
+
+void populate_if_written(Page* page, uintptr_t first, size_t size) {
+  Heap* heap = page->owner;
+  uint64_t bit = uint64_t{1} << page->size_class;
+  if (first != page->start) {
+    uint8_t residency = 0;
+    void* probe = reinterpret_cast<void*>(middle_page(first - size, size));
+    bool written = os::page_residency(probe, kOsPageSize, &residency) && (residency & 1) != 0;
+    if (written) heap->big_classes_written |= bit;
+    else heap->big_classes_written &= ~bit;
+  }
+  if ((heap->big_classes_written & bit) == 0) return;
+  uintptr_t middle = middle_page(first, size);
+  os::populate(reinterpret_cast<void*>(first), middle - first);
+  os::populate(reinterpret_cast<void*>(middle + kOsPageSize), first + size - (middle + kOsPageSize));
+}
+
 }  // namespace
 
 void slab_carve(Page* page) {
@@ -137,6 +164,7 @@ void slab_carve(Page* page) {
   uintptr_t first = page->start + carved;
   if (page->is_zero && page->owner->young) populate_carved(first, first + (count - 1) * size + sizeof(FreeBlock));
   else if (page->is_zero && size <= 2 * kOsPageSize) populate_ahead(page, first, first + count * size);
+  else if (page->is_zero && !secure::kEnabled && count == 1) populate_if_written(page, first, size);
   page->free = secure::kEnabled ? carve_shuffled(page, first, count, size) : carve_in_order(page, first, count, size);
   page->set_carved_bytes(carved + static_cast<uint32_t>(count * size));
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -229,6 +230,45 @@ TEST(Heap, FreshSlabOfTwoPageBlocksIsResidentAheadOfItsCarving) {
     for (uint8_t r : residency) pages += r & 1;
     EXPECT_EQ(pages, 8u);
     for (void* p : slab_blocks) xalloc_free(p);
+    for (void* p : blocks) xalloc_free(p);
+  }).join();
+}
+
+// Blocks over two pages are populated only while their thread writes them
+// through: judged by the middle page of the block carved before, which is
+// never populated. After a 16 KiB block written in full, the next is
+// resident but for its middle page (three of four pages); after one
+// tagged at both ends only, the next has just the page its header is in.
+TEST(Heap, FreshBlocksOverTwoPagesArePopulatedWhileTheirThreadWritesThemThrough) {
+  if (!xtest::rerun_in_fresh_process()) return;
+  std::thread([] {
+    std::vector<void*> blocks;
+    blocks.push_back(xalloc_malloc(48));
+    xalloc::Heap* heap = xalloc::t_heap;
+    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
+    ASSERT_FALSE(heap->young);
+    constexpr size_t kSize = 16384;
+    constexpr size_t kPages = kSize / xalloc::kOsPageSize;
+    ASSERT_EQ(xalloc::kClassInfo[xalloc::class_of(kSize)].size, kSize);
+    auto resident_pages = [](void* block) {
+      uint8_t residency[kPages];
+      EXPECT_TRUE(xalloc::os::page_residency(block, kSize, residency));
+      size_t pages = 0;
+      for (uint8_t r : residency) pages += r & 1;
+      return pages;
+    };
+    auto* written = static_cast<char*>(xalloc_malloc(kSize));
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(written) & (kSlice - 1), 0u) << "not a fresh slab";
+    std::memset(written, 1, kSize);
+    auto* populated = static_cast<char*>(xalloc_malloc(kSize));
+    ASSERT_EQ(populated, written + kSize);
+    EXPECT_EQ(resident_pages(populated), kPages - 1);
+    populated[0] = populated[kSize - 1] = 2;  // its middle page stays untouched
+    auto* after_tagged = static_cast<char*>(xalloc_malloc(kSize));
+    ASSERT_EQ(after_tagged, populated + kSize);
+    EXPECT_EQ(resident_pages(after_tagged), 1u);
+    for (void* p : {static_cast<void*>(written), static_cast<void*>(populated), static_cast<void*>(after_tagged)})
+      xalloc_free(p);
     for (void* p : blocks) xalloc_free(p);
   }).join();
 }
