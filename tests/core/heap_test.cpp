@@ -168,6 +168,20 @@ TEST(Heap, DirectTablePointsAtTheCurrentSlab) {
 
 // --- carving -----------------------------------------------------------------------
 
+namespace {
+
+// Allocates blocks of 48 bytes on the calling thread until its heap has
+// grown up (a young heap populates only what each carve writes); returns
+// them, for the caller to free.
+std::vector<void*> grow_up_the_heap() {
+  std::vector<void*> blocks;
+  blocks.push_back(xalloc_malloc(48));
+  while (xalloc::t_heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
+  return blocks;
+}
+
+}  // namespace
+
 // A grown heap's fresh slab of small blocks is made resident ahead of its
 // carving, in one call per step (heap_slabs.cpp: populate_ahead), by at
 // most what was carved and at most four pages beyond: 80 blocks of 256
@@ -176,11 +190,8 @@ TEST(Heap, DirectTablePointsAtTheCurrentSlab) {
 TEST(Heap, FreshSlabOfAGrownHeapIsResidentAheadOfItsCarvingByAtMostWhatWasCarved) {
   if (!xtest::rerun_in_fresh_process()) return;
   std::thread([] {
-    std::vector<void*> blocks;
-    blocks.push_back(xalloc_malloc(48));
-    xalloc::Heap* heap = xalloc::t_heap;
-    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
-    ASSERT_FALSE(heap->young);
+    std::vector<void*> blocks = grow_up_the_heap();
+    ASSERT_FALSE(xalloc::t_heap->young);
     constexpr size_t kSize = 256;
     const size_t capacity = xalloc::kClassInfo[xalloc::class_of(kSize)].capacity;
     ASSERT_EQ(capacity * kSize, kSlice) << "the test expects a one-slice slab";
@@ -212,11 +223,8 @@ TEST(Heap, FreshSlabOfAGrownHeapIsResidentAheadOfItsCarvingByAtMostWhatWasCarved
 TEST(Heap, FreshSlabOfTwoPageBlocksIsResidentAheadOfItsCarving) {
   if (!xtest::rerun_in_fresh_process()) return;
   std::thread([] {
-    std::vector<void*> blocks;
-    blocks.push_back(xalloc_malloc(48));
-    xalloc::Heap* heap = xalloc::t_heap;
-    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
-    ASSERT_FALSE(heap->young);
+    std::vector<void*> blocks = grow_up_the_heap();
+    ASSERT_FALSE(xalloc::t_heap->young);
     constexpr size_t kSize = 4608;
     ASSERT_EQ(xalloc::kClassInfo[xalloc::class_of(kSize)].size, kSize);
     std::vector<void*> slab_blocks;
@@ -242,11 +250,8 @@ TEST(Heap, FreshSlabOfTwoPageBlocksIsResidentAheadOfItsCarving) {
 TEST(Heap, FreshBlocksOverTwoPagesArePopulatedWhileTheirThreadWritesThemThrough) {
   if (!xtest::rerun_in_fresh_process()) return;
   std::thread([] {
-    std::vector<void*> blocks;
-    blocks.push_back(xalloc_malloc(48));
-    xalloc::Heap* heap = xalloc::t_heap;
-    while (heap->young && blocks.size() < 10000) blocks.push_back(xalloc_malloc(48));
-    ASSERT_FALSE(heap->young);
+    std::vector<void*> blocks = grow_up_the_heap();
+    ASSERT_FALSE(xalloc::t_heap->young);
     constexpr size_t kSize = 16384;
     constexpr size_t kPages = kSize / xalloc::kOsPageSize;
     ASSERT_EQ(xalloc::kClassInfo[xalloc::class_of(kSize)].size, kSize);
