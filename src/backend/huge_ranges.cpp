@@ -3,7 +3,6 @@
 #include <atomic>
 
 #include "platform/os.h"
-#include "platform/shared_count.h"
 #include "support/counters.h"
 #include "support/options.h"
 
@@ -53,12 +52,6 @@ size_t resident_pages(uintptr_t range_start) {
   size_t resident = 0;
   return count_resident(range_start, &resident) ? resident : 0;
 }
-
-// The last big block handed out (note_handed_out), packed in one word so
-// that a reader never pairs one block's start with another's length: its
-// first page number, and its length in 2 MiB units above kHandedShift.
-std::atomic<uint64_t> g_handed_out{0};
-constexpr unsigned kHandedShift = 36;  // page numbers of a 48-bit address space
 
 // Calls fn(range, overlap) for each range [first, first+count) overlaps.
 template <typename Fn>
@@ -140,29 +133,6 @@ void note_block(uintptr_t start, size_t bytes) {
   // Between the two bounds the last verdict stands.
   if (resident * 8 >= kRangePages * 7) g_dense_blocks.store(true, std::memory_order_relaxed);
   else if (resident * 2 < kRangePages) g_dense_blocks.store(false, std::memory_order_relaxed);
-}
-
-void note_handed_out(uintptr_t start, size_t bytes) {
-  if (bytes < 2 * kHugePageSize || !judges_blocks()) return;
-  uint64_t word = (uint64_t{bytes / kHugePageSize} << kHandedShift) | (start / kOsPageSize);
-  if (start / kOsPageSize >> kHandedShift == 0) g_handed_out.store(word, std::memory_order_relaxed);
-}
-
-void forget_handed_out(uintptr_t start, size_t bytes) {
-  if (bytes < 2 * kHugePageSize) return;
-  uint64_t word = g_handed_out.load(std::memory_order_relaxed);
-  if (word == 0 || (word & ((uint64_t{1} << kHandedShift) - 1)) != start / kOsPageSize) return;
-  shared_count::atomic_rmw(shared_count::Site::kHandedOutBlock, &g_handed_out);
-  g_handed_out.compare_exchange_strong(word, 0, std::memory_order_relaxed);
-}
-
-void judge_handed_out() {
-  if (g_handed_out.load(std::memory_order_relaxed) == 0) return;
-  shared_count::atomic_rmw(shared_count::Site::kHandedOutBlock, &g_handed_out);
-  uint64_t word = g_handed_out.exchange(0, std::memory_order_relaxed);
-  if (word == 0) return;
-  uint64_t page_mask = (uint64_t{1} << kHandedShift) - 1;
-  note_block((word & page_mask) * kOsPageSize, (word >> kHandedShift) * kHugePageSize);
 }
 
 bool blocks_dense() { return g_dense_blocks.load(std::memory_order_relaxed) && judges_blocks(); }

@@ -88,20 +88,12 @@ bool mostly_resident(const Segment* segment, size_t range);
 // pages suit where the program writes a block in full, and do not where it
 // writes a few bytes here and there (a byte every 256 KiB, as
 // mimalloc-bench's malloc-large does, would make 512 times that resident).
-// Judged from the blocks the program lets go of or grows: the 2 MiB range
-// in the middle of each, mostly resident or mostly not (one mincore call).
+// Judged from the blocks the program lets go of or grows, and from the
+// last big block each thread took, when it takes the next
+// (frontend/block_memory.h): the 2 MiB range in the middle of each, mostly
+// resident or mostly not (one mincore call; no verdict from memory no
+// longer mapped).
 void note_block(uintptr_t start, size_t bytes);
-// A program that fills each buffer before it asks for the next (a
-// decoder's output, a file read whole) should not wait for a free before
-// its buffers get huge pages: the last big block handed out (huge, or
-// large of two ranges or more) is noted, and judged as above when the next
-// huge block is asked for, unless it is freed first: its free gives the
-// verdict then, if any (its memory may be purged soon after, and would
-// read as sparse). (Racy by design: a block freed while it is judged gives
-// a verdict from what it held.)
-void note_handed_out(uintptr_t start, size_t bytes);
-void forget_handed_out(uintptr_t start, size_t bytes);
-void judge_handed_out();
 // Whether a huge block's mapping, fresh or purged, gets huge pages: the
 // last block noted was dense (XALLOC_HUGE_PAGES=auto, no commit on demand,
 // the kernel willing).

@@ -1,6 +1,10 @@
 #include "frontend/block_memory.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
+
+#include "backend/huge_ranges.h"
 
 namespace xalloc {
 
@@ -9,7 +13,42 @@ namespace {
 // Blocks of at least this many bytes are zeroed by residency (zero_reused).
 constexpr size_t kZeroByResidencyMin = 8 * 1024 * 1024;
 
+// The most pages of a fresh large block's tail (block_memory.h).
+constexpr size_t kTailPages = 64;
+
+uint32_t size_bit(size_t pages) { return uint32_t{1} << std::bit_width(pages); }
+size_t tail_pages(size_t pages) { return std::clamp<size_t>(pages / 8, 1, kTailPages); }
+
+// Whether every page of the tail of the fresh large block `block` is resident.
+bool tail_written(const BigBlock& block) {
+  size_t tail = tail_pages(block.pages);
+  uint8_t residency[kTailPages];
+  void* tail_start = reinterpret_cast<void*>(block.start + (block.pages - tail) * kOsPageSize);
+  if (!os::page_residency(tail_start, tail * kOsPageSize, residency)) return false;
+  for (size_t i = 0; i < tail; ++i)
+    if ((residency[i] & 1) == 0) return false;
+  return true;
+}
+
 }  // namespace
+
+void judge_last_big_block(Heap* heap) {
+  BigBlock last = heap->last_big;
+  if (last.pages == 0) return;
+  heap->last_big = {};
+  huge_ranges::note_block(last.start, last.pages * kOsPageSize);
+  if (!last.fresh_large) return;
+  if (tail_written(last)) heap->large_sizes_written |= size_bit(last.pages);
+  else heap->large_sizes_written &= ~size_bit(last.pages);
+}
+
+void hand_out_big_block(Heap* heap, uintptr_t start, size_t bytes, bool fresh_large, bool zero) {
+  if (heap == &g_empty_heap) return;
+  size_t pages = bytes / kOsPageSize;
+  if (fresh_large && !zero && (heap->large_sizes_written & size_bit(pages)) != 0)
+    os::populate(reinterpret_cast<void*>(start), (pages - tail_pages(pages)) * kOsPageSize);
+  heap->last_big = {start, pages, fresh_large};
+}
 
 void populate_for_copy(void* block, size_t bytes) {
   const Page* page = lookup_page(reinterpret_cast<uintptr_t>(block));

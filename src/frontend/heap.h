@@ -42,10 +42,12 @@ constexpr uint32_t kKeptSpanSlots = 4;
 constexpr uint32_t kKeptSliceBudget = 32;  // 2 MiB: a buffer of 1 MiB and a few bytes fits
 constexpr uint32_t kKeptSlicesAllHeaps = 16 * kKeptSliceBudget;  // 32 MiB
 
-// A large block taken from memory that read as zero (large.cpp).
-struct FreshLarge {
+// The last large or huge block a thread took, judged when it takes the
+// next (block_memory.h).
+struct BigBlock {
   uintptr_t start = 0;
   size_t pages = 0;
+  bool fresh_large = false;  // a large block from memory that read as zero
 };
 
 enum class HeapState : uint32_t {
@@ -188,10 +190,10 @@ struct alignas(64) Heap {
   BorrowedLists* borrowed;
   // Spans of freed large blocks kept for reuse (KeptSpans, above).
   KeptSpans kept;
-  // The last large block this thread took from fresh memory, and, bit n
-  // for blocks of bit_width(pages) == n, whether the thread writes its
-  // blocks of that size in full (large.cpp).
-  FreshLarge fresh_large;
+  // The last large or huge block this thread took, and, bit n for large
+  // blocks of bit_width(pages) == n, whether the thread writes its blocks
+  // of that size in full (block_memory.h).
+  BigBlock last_big;
   uint32_t large_sizes_written;
   // Bit c: the thread writes its blocks of class c in full (classes of
   // blocks over two pages: heap_slabs.cpp).
@@ -253,7 +255,7 @@ extern Page g_empty_page __attribute__((visibility("hidden")));
 
 constexpr Heap::Heap(EmptyTag)
     : direct{}, serving{}, current{}, partial{}, class_slow_at{}, spares{}, requests{}, requested_bytes{}, sample_countdown(0), windows(nullptr),
-      borrowed(nullptr), kept{}, fresh_large{}, large_sizes_written(0), big_classes_written(0), outbox{},
+      borrowed(nullptr), kept{}, last_big{}, large_sizes_written(0), big_classes_written(0), outbox{},
 #if XALLOC_SECURE
       quarantine{},
 #endif

@@ -128,12 +128,13 @@ void populate_ahead(const Page* page, uintptr_t first, uintptr_t carve_end) {
 // A grown heap's fresh slab of blocks over two pages, carved one at a
 // time: a carve writes only each block's first page, and whether the
 // program writes the rest is its own affair, judged per heap and class as
-// large blocks are (large.cpp). The page in the middle of each block (its
-// own: the block spans three pages or more) is never populated, so that
-// the block carved before tells by that page whether the program wrote it
-// through (a block tagged at both ends, or with a header alone, does not
-// count). While it does, each block is made resident but for that page,
-// in two calls (not in secure mode, whose canaries end the blocks).
+// large blocks are (block_memory.h). The page in the middle of each block
+// (its own: the block spans three pages or more) is never populated, so
+// that the block carved before tells by that page whether the program
+// wrote it through (a block tagged at both ends, or with a header alone,
+// does not count). While it does, each block is made resident but for
+// that page, in two calls (not in secure mode, whose canaries end the
+// blocks).
 uintptr_t middle_page(uintptr_t block, size_t size) { return (block + size / 2) & ~(kOsPageSize - 1); }
 
 void populate_if_written(Page* page, uintptr_t first, size_t size) {

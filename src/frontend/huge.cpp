@@ -225,7 +225,9 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   if (size > kMaxRequest || alignment > kSegmentSize / 2) return fail_enomem();
   size_t offset = huge_offset(alignment);
   size_t mapping = huge_mapping_bytes(offset + size);
-  huge_ranges::judge_handed_out();
+  // (A thread's first huge block gives it a heap, which judges its blocks.)
+  Heap* heap = thread_heap_or_acquire();
+  judge_last_big_block(heap);
   bool opened = false;
   Segment* segment = cached_mapping(mapping, offset, &opened);
   bool fresh = segment == nullptr;
@@ -244,14 +246,14 @@ void* huge_alloc(size_t size, size_t alignment, bool zero) {
   stats::add(stats::g_global.large_in_use, segment->huge_usable);
   stats::note_in_use();
   void* block = reinterpret_cast<void*>(segment->pages[0].start);
-  huge_ranges::note_handed_out(segment->pages[0].start, segment->huge_usable);
+  hand_out_big_block(heap, segment->pages[0].start, segment->huge_usable, false, zero);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
 }
 
 void huge_free(Segment* segment) {
   if (XALLOC_UNLIKELY(segment->pages[0].sampled)) prof::forget(&segment->pages[0]);
-  huge_ranges::forget_handed_out(segment->pages[0].start, segment->huge_usable);
+  forget_big_block(t_heap, segment->pages[0].start);
   huge_ranges::note_block(segment->pages[0].start, segment->huge_usable);
   stats::sub(stats::g_global.large_in_use, segment->huge_usable);
   huge_cache_put(segment);

@@ -113,8 +113,8 @@ bool keep_span(Page* span) {
   // A thread that has not allocated yet (it frees other threads' blocks)
   // has no heap: it gets one now, or keeps nothing (exiting, or out of
   // memory).
-  Heap* heap = t_heap;
-  if (heap == &g_empty_heap && (heap = thread_heap_acquire()) == nullptr) return false;
+  Heap* heap = thread_heap_or_acquire();
+  if (heap == &g_empty_heap) return false;
   if (heap->state.load(std::memory_order_relaxed) != HeapState::kActive || !kept_enter(heap)) return false;
   kept_span_add(heap, span, span->large_usable);
   kept_exit(heap);

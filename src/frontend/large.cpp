@@ -1,7 +1,5 @@
 #include "frontend/large.h"
 
-#include <algorithm>
-#include <bit>
 #include <cerrno>
 
 #include "diag/heap_profiler.h"
@@ -12,61 +10,13 @@
 #include "frontend/kept_spans.h"
 #include "frontend/thread_registry.h"
 #include "support/counters.h"
-#include "platform/os.h"
 #include "support/fail.h"
 #include "support/emergency_heap.h"
-#include "backend/huge_ranges.h"
 #include "backend/span_allocator.h"
 
 namespace xalloc {
 
 namespace {
-
-// Fresh large blocks and how the program writes them. A block handed out
-// from memory that reads as zero faults its pages in one at a time as the
-// program first writes them; where it writes its blocks in full (a string
-// or buffer filled, a copy), one call makes the block resident for about
-// half the cost (os.h). Judged from the blocks themselves, per thread and
-// by size (a verdict per power of two of pages: a thread's buffers of one
-// size tend to be written alike, and a growing container's array, half
-// written when it is judged, says nothing of the strings it holds): the
-// last fresh block a thread took is looked at (mincore) when it takes the
-// next, unless it freed it first. Its tail, the last eighth of its pages
-// (kTailPages at most), is never populated, so that what is resident there
-// is what the program wrote: all of it sets its size's verdict, less
-// clears it. A program that writes a byte here and there in each block (a
-// header, the last byte) keeps its blocks faulting page by page.
-constexpr size_t kTailPages = 64;
-
-uint32_t size_bit(size_t pages) { return uint32_t{1} << std::bit_width(pages); }
-size_t tail_pages(size_t pages) { return std::clamp<size_t>(pages / 8, 1, kTailPages); }
-
-void judge_last_fresh_block(Heap* heap) {
-  FreshLarge last = heap->fresh_large;
-  if (last.pages == 0) return;
-  heap->fresh_large = {};
-  size_t tail = tail_pages(last.pages);
-  uint8_t residency[kTailPages];
-  void* tail_start = reinterpret_cast<void*>(last.start + (last.pages - tail) * kOsPageSize);
-  if (!os::page_residency(tail_start, tail * kOsPageSize, residency)) return;
-  bool written = true;
-  for (size_t i = 0; i < tail; ++i) written &= (residency[i] & 1) != 0;
-  if (written) heap->large_sizes_written |= size_bit(last.pages);
-  else heap->large_sizes_written &= ~size_bit(last.pages);
-}
-
-// A fresh block about to be handed out by `heap`: judges the one before,
-// makes this one resident but for its tail if the thread writes blocks of
-// its size in full (unless calloc zeroes it, which writes it all anyway),
-// and notes it for the next.
-void hand_out_fresh(Heap* heap, uintptr_t start, size_t usable, bool zero) {
-  if (heap == &g_empty_heap) return;
-  judge_last_fresh_block(heap);
-  size_t pages = usable / kOsPageSize;
-  if (!zero && (heap->large_sizes_written & size_bit(pages)) != 0)
-    os::populate(reinterpret_cast<void*>(start), (pages - tail_pages(pages)) * kOsPageSize);
-  heap->fresh_large = {start, pages};
-}
 
 // Slices of a large block of `usable` bytes (whole pages): secure mode
 // adds its guard page.
@@ -79,18 +29,6 @@ void set_large(Page* span, size_t usable, bool is_zero) {
   span->is_zero = is_zero ? 1 : 0;
   stats::add(stats::g_global.large_in_use, usable);
   stats::note_in_use();
-}
-
-// A thread's first large block gives it a heap, if it has none yet: the
-// home its blocks' spans come back to when other threads free them
-// (return_span_home). g_empty_heap if none is to be had.
-Heap* large_home_heap() {
-  Heap* heap = t_heap;
-  if (XALLOC_UNLIKELY(heap == &g_empty_heap)) {
-    Heap* acquired = thread_heap_acquire();
-    if (acquired != nullptr) heap = acquired;
-  }
-  return heap;
 }
 
 // A span of `slices` slices from the span allocator for a block of
@@ -116,7 +54,10 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   size_t extra = alignment > kSliceSize ? alignment - kSliceSize : 0;
   size_t slices = large_slices(usable + extra);
   if (slices > kPayloadSlices) return huge_alloc(size, alignment, zero);
-  Heap* heap = large_home_heap();
+  // A thread's first large block gives it a heap: the home its blocks'
+  // spans come back to when other threads free them (return_span_home).
+  Heap* heap = thread_heap_or_acquire();
+  judge_last_big_block(heap);
   if (extra == 0) {
     Page* span = take_kept_span(heap, slices, usable);
     if (span != nullptr) {
@@ -133,8 +74,7 @@ void* large_alloc(size_t size, size_t alignment, bool zero) {
   span->large_home = heap;
   large_guard_at(span, usable);
   void* block = reinterpret_cast<void*>(span->start);
-  huge_ranges::note_handed_out(span->start, usable);
-  if (is_zero) hand_out_fresh(heap, span->start, usable, zero);
+  hand_out_big_block(heap, span->start, usable, is_zero, zero);
   if (zero && !is_zero) zero_reused(block, size);
   return block;
 }
@@ -150,10 +90,7 @@ void* large_alloc_sampled(Heap* heap, size_t size, size_t alignment) {
 
 void large_free(Page* page) {
   if (XALLOC_UNLIKELY(page->sampled)) prof::forget(page);
-  huge_ranges::forget_handed_out(page->start, page->large_usable);
-  // (A block its own thread frees before it takes the next is not judged:
-  // its memory may be reused or purged by then.)
-  if (t_heap->fresh_large.start == page->start) t_heap->fresh_large = {};
+  forget_big_block(t_heap, page->start);
   if (page->large_home != t_heap && return_span_home(page)) return;
   if (keep_span(page)) {
     // A thread that only takes and keeps spans still does the periodic

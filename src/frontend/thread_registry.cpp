@@ -82,6 +82,12 @@ void registry_init(void (*teardown)(void*)) {
   if (!g_have_heap_key) report::warning("no pthread key: thread heaps will not be reclaimed at thread exit");
 }
 
+Heap* thread_heap_or_acquire() {
+  if (XALLOC_LIKELY(t_heap != &g_empty_heap)) return t_heap;
+  Heap* acquired = thread_heap_acquire();
+  return acquired != nullptr ? acquired : &g_empty_heap;
+}
+
 Heap* thread_heap_acquire() {
   ensure_process_init();
   if (t_heap != &g_empty_heap) return t_heap;  // created by an allocation inside process_init

@@ -51,6 +51,10 @@ inline uint32_t per_heap_share(uint32_t per_heap, uint32_t all_heaps, uint32_t f
 // when the OS has no memory for a heap, and for a thread whose heap is
 // already torn down (see with_late_heap).
 Heap* thread_heap_acquire();
+// The calling thread's heap, acquired now if it has none yet (a thread
+// whose first block is a large or huge one); g_empty_heap if none is to
+// be had.
+Heap* thread_heap_or_acquire();
 
 // True once the calling thread's pthread key destructor has run: the
 // thread is exiting, and gets no heap of its own again.

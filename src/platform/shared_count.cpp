@@ -35,7 +35,6 @@ constexpr const char* kSiteNames[kSites] = {
     "borrow",
     "kept spans returned",
     "segment map writable bits",
-    "big block handed out (huge page verdict)",
     "test atomic",
 };
 

@@ -54,7 +54,6 @@ enum class Site : uint8_t {
   kBorrow,
   kKeptSpans,
   kSegmentMapBits,
-  kHandedOutBlock,
   kTestAtomic,  // atomics of tests
   kCount
 };
