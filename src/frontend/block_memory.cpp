@@ -21,13 +21,8 @@ size_t tail_pages(size_t pages) { return std::clamp<size_t>(pages / 8, 1, kTailP
 
 // Whether every page of the tail of the fresh large block `block` is resident.
 bool tail_written(const BigBlock& block) {
-  size_t tail = tail_pages(block.pages);
-  uint8_t residency[kTailPages];
-  void* tail_start = reinterpret_cast<void*>(block.start + (block.pages - tail) * kOsPageSize);
-  if (!os::page_residency(tail_start, tail * kOsPageSize, residency)) return false;
-  for (size_t i = 0; i < tail; ++i)
-    if ((residency[i] & 1) == 0) return false;
-  return true;
+  size_t tail_bytes = tail_pages(block.pages) * kOsPageSize;
+  return os::resident_bytes_in(block.start + block.pages * kOsPageSize - tail_bytes, tail_bytes) == tail_bytes;
 }
 
 }  // namespace

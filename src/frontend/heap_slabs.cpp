@@ -141,9 +141,7 @@ void populate_if_written(Page* page, uintptr_t first, size_t size) {
   Heap* heap = page->owner;
   uint64_t bit = uint64_t{1} << page->size_class;
   if (first != page->start) {
-    uint8_t residency = 0;
-    void* probe = reinterpret_cast<void*>(middle_page(first - size, size));
-    bool written = os::page_residency(probe, kOsPageSize, &residency) && (residency & 1) != 0;
+    bool written = os::resident_bytes_in(middle_page(first - size, size), kOsPageSize) != 0;
     if (written) heap->big_classes_written |= bit;
     else heap->big_classes_written &= ~bit;
   }
