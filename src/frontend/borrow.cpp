@@ -48,10 +48,20 @@ void keep(Heap* heap, unsigned cls, FreeBlock* block) {
   heap->borrowed->count[cls]++;
 }
 
-// Puts the list starting at `head` back on lane `lane` of `owner`'s inbox.
-// Its tail is not known, so it goes back only onto an empty lane: blocks
-// pushed meanwhile are taken off and put in front of it (a short walk:
-// they arrived since the steal).
+// Whether the run at `block` on an inbox list carries its tail, length
+// and successor (remote_free.h), by its slab's block size.
+bool carries(const FreeBlock* block) {
+  auto address = reinterpret_cast<uintptr_t>(block);
+  return carries_run(page_of(segment_of(address), address)->block_size());
+}
+
+// The run after the one at `block` on an inbox list.
+FreeBlock* next_run(const FreeBlock* block, bool carried) { return carried ? run_next(block) : remote_next(block); }
+
+// Puts the list starting at `head` (a run's head) back on lane `lane` of
+// `owner`'s inbox. Its end is not known, so it goes back only onto an
+// empty lane: runs pushed meanwhile are taken off and put in front of it
+// (a short walk: they arrived since the steal).
 void push_back(Heap* owner, size_t lane, FreeBlock* head) {
   std::atomic<FreeBlock*>& inbox = owner->inbox[lane];
   FreeBlock* expected = nullptr;
@@ -62,9 +72,10 @@ void push_back(Heap* owner, size_t lane, FreeBlock* head) {
     if (expected != nullptr) {
       FreeBlock* arrived = inbox.exchange(nullptr, std::memory_order_acq_rel);
       if (arrived != nullptr) {
-        FreeBlock* tail = arrived;
-        while (remote_next(tail) != nullptr) tail = remote_next(tail);
-        set_remote_next(tail, head);
+        FreeBlock* run = arrived;
+        bool carried = carries(run);
+        for (FreeBlock* next; (next = next_run(run, carried)) != nullptr; carried = carries(run)) run = next;
+        join_after(last_run(run, carried ? run_tail(run) : run, carried), head);
         head = arrived;
       }
       expected = nullptr;
@@ -73,11 +84,12 @@ void push_back(Heap* owner, size_t lane, FreeBlock* head) {
   if (owner->state.load(std::memory_order_relaxed) == HeapState::kOrphan) orphan_collect(owner);
 }
 
-// Moves up to `budget` bytes of blocks from `owner`'s inbox onto `heap`'s
-// borrowed lists, setting the bit of `classes` of each class that gets
-// blocks; what is left goes back. Returns the bytes kept. The lanes are
-// walked side by side, as the owner's drain does: every block is a cache
-// miss, and independent lists let those misses overlap.
+// Moves up to `budget` bytes of blocks (whole runs: what goes back must
+// start with a run's head) from `owner`'s inbox onto `heap`'s borrowed
+// lists, setting the bit of `classes` of each class that gets blocks; what
+// is left goes back. Returns the bytes kept. The lanes are walked side by
+// side, as the owner's drain does: every run is a cache miss, and
+// independent lists let those misses overlap.
 size_t borrow_inbox(Heap* heap, Heap* owner, size_t budget, uint64_t& classes) {
   FreeBlock* lists[kLanes];
   size_t active = inbox_take(owner, lists);
@@ -86,12 +98,18 @@ size_t borrow_inbox(Heap* heap, Heap* owner, size_t budget, uint64_t& classes) {
     for (FreeBlock*& list : lists) {
       FreeBlock* block = list;
       if (block == nullptr || kept >= budget) continue;
-      list = remote_next(block);
-      if (list == nullptr) --active;
       auto address = reinterpret_cast<uintptr_t>(block);
       unsigned cls = page_of(segment_of(address), address)->size_class;
-      keep(heap, cls, block);
-      kept += kClassInfo[cls].size;
+      bool carried = carries_run(kClassInfo[cls].size);
+      list = next_run(block, carried);
+      if (list == nullptr) --active;
+      size_t count = carried ? run_count(block) : 1;
+      for (size_t i = 0; i < count; ++i) {
+        FreeBlock* next = remote_next(block);
+        keep(heap, cls, block);
+        block = next;
+      }
+      kept += count * kClassInfo[cls].size;
       classes |= uint64_t{1} << cls;
     }
   }

@@ -7,6 +7,7 @@
 
 #include "frontend/heap.h"
 #include "meta/slab.h"
+#include "support/debug.h"
 
 namespace xalloc {
 
@@ -24,6 +25,24 @@ XALLOC_INLINE void slab_free_block(Heap* heap, Page* page, FreeBlock* block,
                                    uintptr_t link_secret = secure::g_secrets.link) {
   slab_push(page, block, link_secret);
   if (XALLOC_UNLIKELY(--page->needed == 0)) heap_on_needed_zero(heap, page);
+}
+
+// Frees the `count` blocks head..tail of `page`, checked, marked and
+// linked as on its free list, which `heap` owns: the run a remote free
+// brought (remote_free.h), on the slab's free list at once. The slab's
+// slow path runs each time the run reaches the free it waited for, as
+// block by block (a full slab wakes, then may empty).
+XALLOC_INLINE void slab_free_run(Heap* heap, Page* page, FreeBlock* head, FreeBlock* tail, uint32_t count) {
+  set_next_free(page, tail, page->free);
+  page->free = head;
+  while (count >= page->needed) {
+    count -= page->needed;
+    page->needed = 0;
+    heap_on_needed_zero(heap, page);
+    if (count == 0) return;
+    XALLOC_CHECK(page->needed != 0);  // an empty slab has no block left to come back
+  }
+  page->needed -= count;
 }
 
 // The partial list of a class: slabs with free blocks, doubly linked.

@@ -10,9 +10,9 @@
 
 namespace xalloc {
 
-// Pushes the list head..tail onto lane `lane` of `dest`'s inbox; `bytes`
-// counts towards the owner's pending total.
-void inbox_push(Heap* dest, size_t lane, FreeBlock* head, FreeBlock* tail, size_t bytes);
+// Pushes the list from `head` to `last` (last_run) onto lane `lane` of
+// `dest`'s inbox; `bytes` counts towards the owner's pending total.
+void inbox_push(Heap* dest, size_t lane, FreeBlock* head, uintptr_t last, size_t bytes);
 
 // Sends `block` alone to `dest` at once: for a thread that is exiting and
 // has no outbox any more.

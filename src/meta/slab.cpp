@@ -19,6 +19,14 @@ void report_corrupt_free_list(const Page* page, const void* block) {
                 reinterpret_cast<const void*>(page->start), page->block_size(), block);
 }
 
+// Found when the run of blocks another thread freed reaches its owner
+// (frontend/remote_free.h): its head's tail or length no longer fit its
+// slab.
+void report_written_after_free(const Page* page, const void* block) {
+  report::fatal("heap corruption: %p (%u-byte class) was written after another thread freed it", block,
+                page->block_size());
+}
+
 // Found when a block another thread freed reaches its owner: the overflow
 // happened before, in code the stack printed here (the owner's) need not
 // show.

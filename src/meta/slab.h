@@ -20,6 +20,7 @@ namespace xalloc {
 
 [[noreturn]] void report_corrupt_free_list(const Page* page, const void* block);
 [[noreturn]] void report_overwritten_canary(const Page* page, const void* block);
+[[noreturn]] void report_written_after_free(const Page* page, const void* block);
 
 // The marker of `block` while it is free: its address combined with a
 // random secret of the process. Programs copy stale bytes into their blocks

@@ -271,6 +271,31 @@ TEST(Misuse, DoubleFreeByAnotherThreadIsReported) {
   xalloc_free(keep);
 }
 
+// A block that another thread freed is on its way to its owner: the head
+// of the run it leads (frontend/remote_free.h) says where the run ends and
+// how long it is, and a program that writes the block after its free
+// damages that. The owner finds it when the run comes back, before it
+// links anything.
+TEST(Misuse, ABlockWrittenAfterAnotherThreadFreedItIsReported) {
+  constexpr size_t kSize = 64;
+  constexpr size_t kBlocks = 8;
+  void* blocks[kBlocks];
+  for (void*& p : blocks) p = xalloc_malloc(kSize);
+  auto r = run_in_child([&blocks] {
+    std::thread t([&blocks] {
+      for (void* p : blocks) xalloc_free(p);
+      xalloc_thread_collect();  // sends them: one run, led by the first freed
+    });
+    t.join();
+    std::memset(blocks[0], 0x41, kSize);
+    xalloc_thread_collect();  // the owner takes the run back
+    return 0;
+  });
+  EXPECT_TRUE(aborted_with_line(r, "xalloc: heap corruption: " + hex_ptr(blocks[0]) + " " + class_label(blocks[0]) +
+                                       " was written after another thread freed it"));
+  for (void* p : blocks) xalloc_free(p);
+}
+
 // Threads that find misuse at the same moment: one report, not several
 // interleaved (they would share the emergency buffer and the symbolizer).
 TEST(Misuse, SimultaneousMisuseGivesOneReport) {

@@ -194,6 +194,117 @@ TEST(RemoteFree, ASlabsBlocksComeBackInTheOrderTheyWereFreed) {
   });
 }
 
+// A send links the blocks of each slab as one run (remote_free.h), in the
+// order they were freed, whatever other slabs' blocks came between; the
+// run's head carries its tail and length, and the owner puts the whole run
+// on the slab's free list at once.
+TEST(RemoteFree, EachSlabsBlocksGoAsOneRunThatTheOwnerTakesWhole) {
+  constexpr size_t kSizes[] = {64, 256};
+  constexpr size_t kEach = 24;  // of each size: 7.5 KiB in all, one send
+  xtest::StepThread owner;
+  std::vector<void*> blocks[2];
+  xalloc::Heap* home = nullptr;
+  owner.run([&] {
+    for (size_t i = 0; i < kEach; ++i)
+      for (size_t s = 0; s < 2; ++s) blocks[s].push_back(xalloc_malloc(kSizes[s]));
+    home = xalloc::t_heap;
+  });
+  for (size_t s = 0; s < 2; ++s) {
+    ASSERT_TRUE(xalloc::carries_run(kSizes[s])) << "secure mode returns blocks one by one";
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(blocks[s].front()) >> xalloc::kSliceShift,
+              reinterpret_cast<uintptr_t>(blocks[s].back()) >> xalloc::kSliceShift)
+        << "the blocks of size " << kSizes[s] << " are not in one slice";
+  }
+  std::thread([&] {
+    for (size_t i = 0; i < kEach; ++i)
+      for (size_t s = 0; s < 2; ++s) xalloc_free(blocks[s][i]);
+    xalloc_thread_collect();
+  }).join();
+  // The runs on the lanes, each lane's from its head on.
+  size_t runs = 0;
+  for (std::atomic<xalloc::FreeBlock*>& lane : home->inbox) {
+    for (xalloc::FreeBlock* run = lane.load(); run != nullptr; run = xalloc::run_next(run), ++runs) {
+      size_t s = xalloc_usable_size(run) == kSizes[0] ? 0 : 1;
+      EXPECT_EQ(run, blocks[s].front());
+      EXPECT_EQ(xalloc::run_tail(run), blocks[s].back());
+      EXPECT_EQ(xalloc::run_count(run), kEach);
+      size_t linked = 1;
+      for (xalloc::FreeBlock* b = run; b != xalloc::run_tail(run); b = xalloc::remote_next(b)) {
+        ASSERT_LT(linked, kEach) << "the run goes past its tail";
+        EXPECT_EQ(xalloc::remote_next(b), blocks[s][linked++]) << "the run is not in the order of the frees";
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2u);
+  owner.run([&] {
+    xalloc_thread_collect();  // drains the inbox
+    for (size_t s = 0; s < 2; ++s) {
+      const xalloc::Page* slab = xalloc::lookup_page(reinterpret_cast<uintptr_t>(blocks[s].front()));
+      const xalloc::FreeBlock* b = slab->free;
+      for (size_t i = 0; i < kEach; ++i, b = xalloc::next_free(slab, b))
+        ASSERT_EQ(b, blocks[s][i]) << "size " << kSizes[s] << ": the run is not at the front of its slab's free list";
+    }
+  });
+}
+
+// A run that comes back to a full slab wakes it, and one that brings its
+// last blocks in use empties it: each slab goes through both in runs of a
+// send's length, not block by block (slab_free_run). The slabs' bytes pass
+// what a drain walks before it puts runs back unread (inbox.cpp).
+TEST(RemoteFree, RunsThatBringFullSlabsBlocksBackEmptyThem) {
+  constexpr size_t kSize = 64;
+  xtest::StepThread owner;
+  std::vector<void*> blocks;
+  std::vector<xalloc::Page*> slabs;
+  size_t slab_bytes = 0;
+  owner.run([&] {
+    // Every block of a few slabs, then one of the next: those are full.
+    for (;;) {
+      void* p = xalloc_malloc(kSize);
+      xalloc::Page* slab = xalloc::lookup_page(reinterpret_cast<uintptr_t>(p));
+      if (slabs.empty() || slabs.back() != slab) {
+        if (slab_bytes > xalloc::kDrainRequestBytes) {
+          xalloc_free(p);
+          break;
+        }
+        slabs.push_back(slab);
+        slab_bytes += slab->capacity() * kSize;
+      }
+      blocks.push_back(p);
+    }
+  });
+  for (xalloc::Page* slab : slabs) ASSERT_EQ(slab->state(), xalloc::SlabState::kFull);
+  // A short send first: the drain takes the later ones first (each lane is
+  // a stack), and one of them then wakes the first slab in its middle.
+  constexpr size_t kFirst = 10;
+  const size_t batch = xalloc::g_options.remote_batch_bytes / kSize;
+  ASSERT_LT(batch + kFirst, slabs[0]->capacity()) << "one run would empty a slab";
+  ASSERT_GT(batch, kFirst + 1);
+  std::thread([&] {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      xalloc_free(blocks[i]);
+      if (i + 1 == kFirst) xalloc_thread_collect();
+    }
+    xalloc_thread_collect();
+  }).join();
+  owner.run([&] {
+    xalloc::Heap* home = xalloc::t_heap;
+    xalloc_thread_collect();  // drains the inbox
+    for (xalloc::Page* slab : slabs) {
+      EXPECT_EQ(slab->state(), xalloc::SlabState::kDetached) << "a slab did not empty";
+      EXPECT_EQ(xalloc::slab_blocks_in_use(slab), 0u);
+      size_t listed = 0;
+      for (const xalloc::FreeBlock* b = slab->free; b != nullptr && listed <= slab->capacity();
+           b = xalloc::next_free(slab, b))
+        ++listed;
+      EXPECT_EQ(listed, slab->capacity()) << "an empty slab's free list does not hold every block";
+      bool spare = false;
+      for (const xalloc::Page* s = home->spares.slab[slab->size_class]; s != nullptr; s = s->next) spare |= s == slab;
+      EXPECT_TRUE(spare || slab->owner == nullptr) << "an empty slab is neither the heap's spare nor pooled";
+    }
+  });
+}
+
 // A sender whose pushes take an owner's pending bytes past
 // kDrainRequestBytes asks for a drain: it sets the flag and empties the
 // owner's direct table, so the owner's next small malloc takes the slow
@@ -242,7 +353,7 @@ namespace {
 struct SentList {
   std::vector<void*> blocks;
   xalloc::FreeBlock* head = nullptr;
-  xalloc::FreeBlock* tail = nullptr;
+  uintptr_t last = 0;  // xalloc::last_run
   size_t bytes = 0;
 };
 
@@ -254,9 +365,12 @@ SentList make_sent_list(size_t size, size_t bytes) {
     auto* block = static_cast<xalloc::FreeBlock*>(list.blocks[i]);
     const xalloc::Page* page = xalloc::lookup_page(reinterpret_cast<uintptr_t>(block));
     if (!xalloc::slab_mark_free(page, block, false)) std::abort();
-    xalloc::set_remote_next(block, list.head);
+    // Each block a run of one, as a sender links one alone (remote_free.h).
+    bool carries = xalloc::carries_run(page->block_size());
+    if (carries) xalloc::set_run(block, block, 1);
+    if (list.last == 0) list.last = xalloc::last_run(block, block, carries);
+    else xalloc::join_after(xalloc::last_run(block, block, carries), list.head);
     list.head = block;
-    if (list.tail == nullptr) list.tail = block;
     list.bytes += size;
   }
   return list;
@@ -285,7 +399,7 @@ void push_inside_answer(int) {
     g_push.outcome = 2;
     return;
   }
-  xalloc::inbox_push(heap, 1, g_push.list->head, g_push.list->tail, g_push.list->bytes);
+  xalloc::inbox_push(heap, 1, g_push.list->head, g_push.list->last, g_push.list->bytes);
   g_push.outcome = heap->drain_requested.load() != 0 ? 1 : 2;
 }
 
@@ -322,7 +436,7 @@ TEST(RemoteFree, DrainRequestMadeWhileTheOwnerAnswersIsNeverLost) {
     SentList first = make_sent_list(16, kFirstListBytes);
     SentList second = make_sent_list(1024, xalloc::kDrainRequestBytes);
     ASSERT_LT(home->inbox_bytes.load(), xalloc::kDrainRequestBytes);
-    xalloc::inbox_push(home, 0, first.head, first.tail, first.bytes);
+    xalloc::inbox_push(home, 0, first.head, first.last, first.bytes);
     ASSERT_EQ(home->drain_requested.load(), 1u) << "the first push did not ask for a drain";
     g_push.list = &second;
     g_push.outcome = 0;
@@ -337,7 +451,7 @@ TEST(RemoteFree, DrainRequestMadeWhileTheOwnerAnswersIsNeverLost) {
       if (home->drain_requested.load() != 0 && direct_entries_in_use(home) != 0) ++lost;
     } else {
       // Missed: the second list goes now, so that its blocks go back to their slabs.
-      xalloc::inbox_push(home, 1, second.head, second.tail, second.bytes);
+      xalloc::inbox_push(home, 1, second.head, second.last, second.bytes);
     }
     xalloc_free(p);
     xalloc_thread_collect();  // drains the second list, if it is still in the inbox
