@@ -24,11 +24,11 @@ bool kernel_allows() {
   return known == 1;
 }
 
-// Whether huge blocks get huge pages when dense (note_block): as active(),
-// without the threshold, as a huge block is a big heap's by itself.
-bool judges_blocks() {
-  return g_options.huge_pages == Switch::kAuto && !g_options.commit_on_demand && kernel_allows();
-}
+// XALLOC_HUGE_PAGES=auto without commit on demand, the kernel willing: the
+// thresholds apart, whether ranges are judged, and whether huge blocks get
+// huge pages when dense (note_block), as a huge block is a big heap's by
+// itself.
+bool enabled() { return g_options.huge_pages == Switch::kAuto && !g_options.commit_on_demand && kernel_allows(); }
 
 // The verdict on the last huge block noted: written densely.
 std::atomic<bool> g_dense_blocks{false};
@@ -67,11 +67,13 @@ void for_each_range(size_t first, size_t count, Fn&& fn) {
 
 }  // namespace
 
-bool active(size_t in_use_bytes) {
-  // With commit on demand a range's slices are committed piecemeal (mprotect
-  // splits the mapping), and no huge page spans the pieces.
-  return g_options.huge_pages == Switch::kAuto && !g_options.commit_on_demand && in_use_bytes >= kHeapThreshold &&
-         kernel_allows();
+// (With commit on demand a range's slices are committed piecemeal: mprotect
+// splits the mapping, and no huge page spans the pieces. The thresholds
+// come first, so that a small program never asks the kernel.)
+bool active(size_t in_use_bytes) { return in_use_bytes >= kHeapThreshold && enabled(); }
+
+bool opens_huge(size_t in_use_bytes, bool big_taker) {
+  return (in_use_bytes >= kHeapThreshold || big_taker) && enabled();
 }
 
 Promotion promotion_for_take(bool huge, size_t used_after, bool fresh) {
@@ -125,7 +127,7 @@ bool mostly_resident(const Segment* segment, size_t range) {
 }
 
 void note_block(uintptr_t start, size_t bytes) {
-  if (!judges_blocks()) return;
+  if (!enabled()) return;
   uintptr_t middle = (start + bytes / 2) & ~(kHugePageSize - 1);
   if (middle < start || middle + kHugePageSize > start + bytes) return;
   size_t resident = 0;
@@ -135,7 +137,7 @@ void note_block(uintptr_t start, size_t bytes) {
   else if (resident * 2 < kRangePages) g_dense_blocks.store(false, std::memory_order_relaxed);
 }
 
-bool blocks_dense() { return g_dense_blocks.load(std::memory_order_relaxed) && judges_blocks(); }
+bool blocks_dense() { return g_dense_blocks.load(std::memory_order_relaxed) && enabled(); }
 
 void Collapses::run() {
   for (size_t i = 0; i < count; ++i) os::collapse_huge_pages(reinterpret_cast<void*>(start[i]), kHugePageSize);

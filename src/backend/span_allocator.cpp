@@ -174,7 +174,7 @@ Segment* SpanAllocator::add_segment_locked(Segment* segment) {
   return segment;
 }
 
-Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero,
+Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero, bool big_taker,
                                      huge_ranges::Collapses& collapses) {
   Page* free_span = take_fitting(slices);
   if (free_span == nullptr) return nullptr;
@@ -187,7 +187,9 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   // Only slabs promote ranges: a large block's pages are touched as the
   // program pleases (often in part), and large blocks come and go in
   // bursts (realloc growth: collapses there cost 20% more page faults).
-  bool judge = kind == PageKind::kSlab && huge_ranges::active(stats::in_use_bytes());
+  size_t in_use = stats::in_use_bytes();
+  bool judge = kind == PageKind::kSlab && huge_ranges::opens_huge(in_use, big_taker);
+  bool collapse = judge && huge_ranges::active(in_use);
   uint32_t fresh = judge ? fresh_ranges_locked(segment, first, slices) : 0;
   // Taken from the front, so that a large block can later grow in place.
   Page* rest = nullptr;
@@ -201,14 +203,14 @@ Page* SpanAllocator::allocate_locked(size_t slices, PageKind kind, bool* is_zero
   note_reuse_locked(segment, first, slices, clean);
   dirty_free_slices_ -= slices - clean;
   segment->used_slices += static_cast<uint32_t>(slices);
-  note_ranges_taken_locked(segment, first, slices, judge, fresh, rest, collapses);
+  note_ranges_taken_locked(segment, first, slices, judge, collapse, fresh, rest, collapses);
 
   Page* span = &segment->pages[first];
   init_used_span(segment, span, first, slices, kind);
   return span;
 }
 
-Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
+Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero, bool big_taker) {
   // Collapsing a range copies 2 MiB: never under the lock. While a
   // purger's clock runs, not before the range has stayed dense for a purge
   // delay either, and then in the purger's thread: a copy pays for itself
@@ -216,32 +218,32 @@ Page* SpanAllocator::allocate(size_t slices, PageKind kind, bool* is_zero) {
   // threshold near its end (sqlite3, 71 MiB) spent up to a sixth of its time
   // copying the 64 MiB it had on small pages.
   huge_ranges::Collapses collapses;
-  Page* span = allocate_or_map(slices, kind, is_zero, collapses);
+  Page* span = allocate_or_map(slices, kind, is_zero, big_taker, collapses);
   if (collapses.count == 0) return span;
   if (g_purge_clock.load(std::memory_order_relaxed)) defer_collapses(collapses);
   else collapses.run();
   return span;
 }
 
-Page* SpanAllocator::allocate_or_map(size_t slices, PageKind kind, bool* is_zero,
+Page* SpanAllocator::allocate_or_map(size_t slices, PageKind kind, bool* is_zero, bool big_taker,
                                      huge_ranges::Collapses& collapses) {
   {
     LockGuard guard(lock_);
-    Page* span = allocate_locked(slices, kind, is_zero, collapses);
+    Page* span = allocate_locked(slices, kind, is_zero, big_taker, collapses);
     if (span != nullptr) return span;
   }
   // Map outside the lock: the system call can take a while.
   Segment* segment = segment_create();
   if (segment == nullptr && g_hooks.release_cached_memory != nullptr && g_hooks.release_cached_memory()) {
     LockGuard guard(lock_);
-    Page* span = allocate_locked(slices, kind, is_zero, collapses);  // released memory may fit
+    Page* span = allocate_locked(slices, kind, is_zero, big_taker, collapses);  // released memory may fit
     if (span != nullptr) return span;
   }
   if (segment == nullptr) segment = segment_create();
   if (segment == nullptr) return nullptr;
   LockGuard guard(lock_);
   add_segment_locked(segment);
-  return allocate_locked(slices, kind, is_zero, collapses);
+  return allocate_locked(slices, kind, is_zero, big_taker, collapses);
 }
 
 void SpanAllocator::release_locked(Page* span, uint64_t now, uint64_t idle_ms) {

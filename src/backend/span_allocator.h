@@ -59,7 +59,8 @@ class alignas(64) SpanAllocator {
   // given kind; *is_zero tells whether all its memory reads as zero. Null
   // when the OS has no memory. A span's kind and length change only under
   // this allocator's lock, since other threads read its neighbours' kinds.
-  Page* allocate(size_t slices, PageKind kind, bool* is_zero);
+  // `big_taker`: a slab for a thread that holds many (huge_ranges::opens_huge).
+  Page* allocate(size_t slices, PageKind kind, bool* is_zero, bool big_taker = false);
   // `idle_ms`: how long the span's memory has already waited unused
   // elsewhere (slab_pool.h); it counts towards the purge delay.
   void release(Page* span, uint64_t idle_ms = 0);
@@ -144,9 +145,9 @@ class alignas(64) SpanAllocator {
   };
 
   // `collapses`: ranges the take made dense, to collapse after the lock.
-  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero, huge_ranges::Collapses& collapses);
+  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero, bool big_taker, huge_ranges::Collapses& collapses);
   // allocate(): from the free spans, or a new segment.
-  Page* allocate_or_map(size_t slices, PageKind kind, bool* is_zero, huge_ranges::Collapses& collapses);
+  Page* allocate_or_map(size_t slices, PageKind kind, bool* is_zero, bool big_taker, huge_ranges::Collapses& collapses);
   Page* take_fitting(size_t slices);
   // XALLOC_HUGE_PAGES=auto (huge_ranges.h). Before a take of [first,
   // first+count): the ranges it overlaps that are wholly free and clean.
@@ -154,7 +155,7 @@ class alignas(64) SpanAllocator {
   // After it (`judge`: a slab, and huge_ranges::active; `rest`: the free
   // span left after the take, or null): counts the slices in use and
   // promotes the ranges the take made dense or opened.
-  void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh, Page* rest,
+  void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, bool collapse, uint32_t fresh, Page* rest,
                                 huge_ranges::Collapses& collapses);
   void promote_locked(Segment* segment, size_t range, huge_ranges::Promotion how, huge_ranges::Collapses& collapses);
   // Promotes the dense ranges of every segment (the heap just grew past

@@ -36,7 +36,7 @@ uint32_t SpanAllocator::fresh_ranges_locked(const Segment* segment, size_t first
   return fresh;
 }
 
-void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, uint32_t fresh,
+void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, bool collapse, uint32_t fresh,
                                              Page* rest, huge_ranges::Collapses& collapses) {
   huge_ranges::note_taken(segment, first, count);
   if (!judge) {
@@ -45,14 +45,16 @@ void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, siz
     huge_swept_ = false;
     return;
   }
-  if (!huge_swept_) sweep_dense_ranges_locked(collapses);
+  if (!collapse) huge_swept_ = false;
+  else if (!huge_swept_) sweep_dense_ranges_locked(collapses);
   bool opened = false;
   for (uint32_t ranges = huge_ranges::ranges_of(first, count); ranges != 0; ranges &= ranges - 1) {
     size_t range = static_cast<size_t>(__builtin_ctz(ranges));
     auto how = huge_ranges::promotion_for_take(huge_ranges::is_huge(segment, range), segment->range_used[range],
                                                (fresh >> range) & 1);
     if (how == huge_ranges::Promotion::kNone) continue;
-    if (how == huge_ranges::Promotion::kCollapse && !huge_ranges::mostly_resident(segment, range)) continue;
+    if (how == huge_ranges::Promotion::kCollapse && (!collapse || !huge_ranges::mostly_resident(segment, range)))
+      continue;
     promote_locked(segment, range, how, collapses);
     opened |= how == huge_ranges::Promotion::kBeforeTouch;
   }

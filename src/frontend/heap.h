@@ -176,6 +176,9 @@ struct alignas(64) Heap {
   // reach a batch (heap_slabs.cpp). Written by the heap's thread only.
   int64_t unpublished_slab_bytes = 0;
   int32_t unpublished_slabs[kNumClasses] = {};
+  // Bytes of the slabs this heap holds, as its thread counts them; other
+  // threads count what they take away in slab_bytes_away (heap_slab_bytes).
+  int64_t slab_bytes = 0;
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
   // per class, then large and huge; bytes until the next sample.
@@ -238,6 +241,9 @@ struct alignas(64) Heap {
   // The stack's head at the last reclaim pass (reclaim_idle_kept_memory in
   // kept_spans.cpp): written only by that pass.
   std::atomic<Page*> returned_seen;
+  // Slab bytes other threads took from this heap (spares the reclaim pass
+  // claimed, slabs of an orphan its senders emptied): negative.
+  std::atomic<int64_t> slab_bytes_away;
 
   // Held by whoever drains the heap's inbox while it is an orphan: a
   // thread that sent it blocks (orphan_collect), trim, the exiting thread's
@@ -261,7 +267,8 @@ constexpr Heap::Heap(EmptyTag)
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
-      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0), returned_seen(nullptr) {
+      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0), returned_seen(nullptr),
+      slab_bytes_away(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;

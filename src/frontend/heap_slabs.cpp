@@ -3,9 +3,11 @@
 #include <array>
 #include <bit>
 
+#include "backend/huge_ranges.h"
 #include "backend/slab_pool.h"
 #include "backend/span_allocator.h"
 #include "platform/os.h"
+#include "platform/shared_count.h"
 #include "frontend/thread_registry.h"
 #include "support/counters.h"
 #include "support/debug.h"
@@ -197,8 +199,11 @@ void count_slab(Heap* heap, Page* page, int direction) {
   if (heap != t_heap) {
     publish_bytes(bytes);
     publish_slabs(cls, direction);
+    shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &heap->slab_bytes_away);
+    heap->slab_bytes_away.fetch_add(bytes, std::memory_order_relaxed);
     return;
   }
+  heap->slab_bytes += bytes;
   bytes = heap->unpublished_slab_bytes += bytes;
   int32_t slabs = heap->unpublished_slabs[cls] += direction;
   if (bytes >= kSlabBytesBatch || bytes <= -kSlabBytesBatch) {
@@ -250,7 +255,9 @@ Page* slab_create(Heap* heap, unsigned cls) {
   size_t slices = kClassInfo[cls].slices;
   if (Page* page = slab_pool::take_any_of_length(slices)) return slab_format(heap, page, cls, false);
   bool is_zero = false;
-  Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero);
+  int64_t held = heap->slab_bytes + heap->slab_bytes_away.load(std::memory_order_relaxed);
+  bool big = held >= static_cast<int64_t>(huge_ranges::kThreadSlabThreshold);
+  Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero, big);
   if (page == nullptr) return nullptr;
   return slab_format(heap, page, cls, is_zero);
 }

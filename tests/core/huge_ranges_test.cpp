@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/huge_ranges.h"
@@ -41,6 +42,15 @@ TEST(HugeRanges, TakePromotesAFreshOrDenseRangeOnly) {
 TEST(HugeRanges, NotActiveForASmallHeap) {
   EXPECT_FALSE(hr::active(0));
   EXPECT_FALSE(hr::active(hr::kHeapThreshold - 1));
+}
+
+// Below the heap threshold only a thread that holds many slabs opens
+// ranges on huge pages (whether it does depends on the kernel too).
+TEST(HugeRanges, OnlyAThreadWithManySlabsOpensHugeRangesInASmallerHeap) {
+  EXPECT_FALSE(hr::opens_huge(0, false));
+  EXPECT_FALSE(hr::opens_huge(hr::kHeapThreshold - 1, false));
+  EXPECT_EQ(hr::opens_huge(hr::kHeapThreshold, false), hr::active(hr::kHeapThreshold));
+  EXPECT_EQ(hr::opens_huge(0, true), hr::active(hr::kHeapThreshold));
 }
 
 TEST(HugeRanges, RangesOfASpan) {
@@ -220,6 +230,48 @@ TEST(HugeRanges, BigDenseHeapIsOnHugePagesWithoutThePurger) {
                                  [] { return coverage_body(128 * kMiB, 80, 100, false); });
   EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "THP " << thp << ": " << r.describe();
   std::printf("THP %s: %s", thp.c_str(), r.err.c_str());
+}
+
+// A heap below the threshold that one thread grew past kThreadSlabThreshold:
+// the ranges it opened after that are on huge pages (48 MiB: the first 16,
+// the rest of the range open then, and each segment's first range, whose
+// header was touched first, are not).
+TEST(HugeRanges, OneThreadsMidSizedHeapOpensItsLaterRangesOnHugePages) {
+  std::string thp = thp_setting();
+  if (thp == "never") GTEST_SKIP() << "transparent huge pages are off (never): nothing to check";
+  static_assert(48 * kMiB < hr::kHeapThreshold && 48 * kMiB > 2 * hr::kThreadSlabThreshold);
+  auto r = xtest::fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "0"}},
+                                 [] { return coverage_body(48 * kMiB, 40, 100, false); });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << "THP " << thp << ": " << r.describe();
+  std::printf("THP %s: %s", thp.c_str(), r.err.c_str());
+}
+
+// As many bytes over eight threads that hold 6 MiB each: no huge page.
+TEST(HugeRanges, ThreadsOfAFewMiBEachOpenNoHugeRangeInASmallerHeap) {
+  auto r = xtest::fresh_with_env({{"XALLOC_COMMIT_ON_DEMAND", "0"}}, [] {
+    constexpr size_t kThreads = 8;
+    static_assert(6 * kMiB < hr::kThreadSlabThreshold && kThreads * 6 * kMiB < hr::kHeapThreshold);
+    std::vector<std::vector<void*>> blocks(kThreads);
+    std::set<uintptr_t> granules;
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&blocks, t] {
+        for (size_t done = 0; done < 6 * kMiB; done += 64) {
+          void* p = xalloc_malloc(64);
+          std::memset(p, 1, 64);
+          blocks[t].push_back(p);
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const std::vector<void*>& list : blocks)
+      for (void* p : list) granules.insert(reinterpret_cast<uintptr_t>(p) >> xalloc::kSegmentShift);
+    Coverage c = coverage_of(granules);
+    std::fprintf(stderr, "8 threads of 6 MiB: resident %zu KiB, on huge pages %zu KiB\n", c.resident >> 10,
+                 c.huge >> 10);
+    return c.huge == 0 ? 0 : 1;
+  });
+  EXPECT_TRUE(r.exited() && r.exit_code() == 0) << r.describe();
 }
 
 TEST(HugeRanges, SmallHeapGetsNoHugePage) {
