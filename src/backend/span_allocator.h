@@ -145,18 +145,21 @@ class alignas(64) SpanAllocator {
   };
 
   // `collapses`: ranges the take made dense, to collapse after the lock.
-  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero, bool big_taker, huge_ranges::Collapses& collapses);
+  Page* allocate_locked(size_t slices, PageKind kind, bool* is_zero, bool big_taker,
+                        huge_ranges::Collapses& collapses);
   // allocate(): from the free spans, or a new segment.
-  Page* allocate_or_map(size_t slices, PageKind kind, bool* is_zero, bool big_taker, huge_ranges::Collapses& collapses);
+  Page* allocate_or_map(size_t slices, PageKind kind, bool* is_zero, bool big_taker,
+                        huge_ranges::Collapses& collapses);
   Page* take_fitting(size_t slices);
   // XALLOC_HUGE_PAGES=auto (huge_ranges.h). Before a take of [first,
   // first+count): the ranges it overlaps that are wholly free and clean.
   uint32_t fresh_ranges_locked(const Segment* segment, size_t first, size_t count) const;
-  // After it (`judge`: a slab, and huge_ranges::active; `rest`: the free
-  // span left after the take, or null): counts the slices in use and
-  // promotes the ranges the take made dense or opened.
-  void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, bool collapse, uint32_t fresh, Page* rest,
-                                huge_ranges::Collapses& collapses);
+  // After it (`judge`: a slab, and huge_ranges::opens_huge; `collapse`:
+  // huge_ranges::active too; `rest`: the free span left after the take, or
+  // null): counts the slices in use and promotes the ranges the take made
+  // dense (when `collapse`) or opened.
+  void note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, bool collapse,
+                                uint32_t fresh, Page* rest, huge_ranges::Collapses& collapses);
   void promote_locked(Segment* segment, size_t range, huge_ranges::Promotion how, huge_ranges::Collapses& collapses);
   // Promotes the dense ranges of every segment (the heap just grew past
   // the threshold, with ranges made dense before it did).

@@ -36,8 +36,9 @@ uint32_t SpanAllocator::fresh_ranges_locked(const Segment* segment, size_t first
   return fresh;
 }
 
-void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge, bool collapse, uint32_t fresh,
-                                             Page* rest, huge_ranges::Collapses& collapses) {
+void SpanAllocator::note_ranges_taken_locked(Segment* segment, size_t first, size_t count, bool judge,
+                                             bool collapse, uint32_t fresh, Page* rest,
+                                             huge_ranges::Collapses& collapses) {
   huge_ranges::note_taken(segment, first, count);
   if (!judge) {
     // The heap is small (or auto is off, or a large block was taken):
