@@ -38,8 +38,8 @@ struct Heap;
 
 constexpr size_t kOutboxSlots = 16;  // destinations a send links lists for at once (<= 32: a mask)
 
-// Each destination gets its blocks on this many lists ("lanes"), each run
-// (below) on the lane of its slice. The owner walks the lanes side by side
+// Each destination gets its blocks on this many lists ("lanes"), each
+// send's runs (below) on one lane. The owner walks the lanes side by side
 // when it drains: a linked list costs a cache miss per run, one after the
 // other, and independent lists let those misses overlap. (A batch built by
 // one thread and freed by ten, drained by its builder block by block: with
