@@ -552,7 +552,7 @@ TEST(Threads, FreedBlocksReturnToTheirOwner) {
 // back where they started after a trim: a block that never reaches its
 // owner stays counted in its slab. (A block sent to the wrong heap is
 // caught where that heap drains it, in the debug-checks build:
-// XALLOC_CHECK in return_block.)
+// XALLOC_CHECK in return_run.)
 static int remote_frees_reach_owners(size_t owners, size_t per_owner, size_t max_size) {
   auto size_of = [max_size](size_t o, size_t i) { return 16 + (o * 7 + i * 13) % (max_size - 15); };
   xalloc_trim(0);
