@@ -177,7 +177,7 @@ struct alignas(64) Heap {
   int64_t unpublished_slab_bytes = 0;
   int32_t unpublished_slabs[kNumClasses] = {};
   // Bytes of the slabs this heap holds, as its thread counts them; other
-  // threads count what they take away in slab_bytes_away (heap_slab_bytes).
+  // threads count what they take away in slab_bytes_away (slabs_held).
   int64_t slab_bytes = 0;
 
   // Watched allocations (statistics, profiler: heap_profiler.h): requests
@@ -256,6 +256,11 @@ struct alignas(64) Heap {
 
 // A staged remote free keeps its owner's class in the low bits (remote_free.h).
 static_assert(alignof(Heap) > kStagedClassMask);
+
+// Bytes of slabs `heap` holds, read by its thread.
+inline int64_t slabs_held(const Heap* heap) {
+  return heap->slab_bytes + heap->slab_bytes_away.load(std::memory_order_relaxed);
+}
 
 extern Page g_empty_page __attribute__((visibility("hidden")));
 

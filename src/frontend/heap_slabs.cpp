@@ -255,8 +255,7 @@ Page* slab_create(Heap* heap, unsigned cls) {
   size_t slices = kClassInfo[cls].slices;
   if (Page* page = slab_pool::take_any_of_length(slices)) return slab_format(heap, page, cls, false);
   bool is_zero = false;
-  int64_t held = heap->slab_bytes + heap->slab_bytes_away.load(std::memory_order_relaxed);
-  bool big = held >= static_cast<int64_t>(huge_ranges::kThreadSlabThreshold);
+  bool big = slabs_held(heap) >= static_cast<int64_t>(huge_ranges::kThreadSlabThreshold);
   Page* page = g_spans.allocate(slices, PageKind::kSlab, &is_zero, big);
   if (page == nullptr) return nullptr;
   return slab_format(heap, page, cls, is_zero);
