@@ -105,20 +105,20 @@ constexpr ClassInfo make_class_info(unsigned cls) {
                    div_magic_of(size)};
 }
 
-constexpr auto kClassInfo = [] {
+inline constexpr auto kClassInfo = [] {
   std::array<ClassInfo, kNumClasses> table{};
   for (unsigned c = 0; c < kNumClasses; ++c) table[c] = make_class_info(c);
   return table;
 }();
 
 // The block sizes alone, for a lookup scaled by 4 (remote_free.h).
-constexpr auto kClassSize = [] {
+inline constexpr auto kClassSize = [] {
   std::array<uint32_t, kNumClasses> table{};
   for (unsigned c = 0; c < kNumClasses; ++c) table[c] = kClassInfo[c].size;
   return table;
 }();
 
-constexpr auto kGranuleClass = [] {
+inline constexpr auto kGranuleClass = [] {
   std::array<uint8_t, kDirectSlots> table{};
   for (size_t g = 0; g < kDirectSlots; ++g) table[g] = static_cast<uint8_t>(class_of_computed(g * 16));
   return table;
@@ -127,7 +127,7 @@ constexpr auto kGranuleClass = [] {
 // Classes of sizes above kMaxSmallSize by 128-byte step: every class
 // boundary above 1 KiB is a multiple of 128, so a step never straddles one.
 constexpr size_t kMediumStep = 128;
-constexpr auto kMediumClass = [] {
+inline constexpr auto kMediumClass = [] {
   std::array<uint8_t, kMaxSlabSize / kMediumStep> table{};
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint8_t>(class_of_computed((i + 1) * kMediumStep));
   return table;
@@ -146,7 +146,7 @@ constexpr unsigned class_of(size_t size) {
 // least as large whose size is a multiple of the alignment; kNumClasses if
 // none.
 constexpr unsigned kAlignmentShifts = std::bit_width(kMaxSlabAlignment);
-constexpr auto kAlignedClass = [] {
+inline constexpr auto kAlignedClass = [] {
   std::array<std::array<uint8_t, kNumClasses>, kAlignmentShifts> table{};
   for (unsigned shift = 0; shift < kAlignmentShifts; ++shift) {
     for (unsigned cls = 0; cls < kNumClasses; ++cls) {
