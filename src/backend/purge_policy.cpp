@@ -5,7 +5,7 @@
 namespace xalloc {
 
 XALLOC_STARTUP_DATA std::atomic<unsigned> g_budget_boost{0};
-XALLOC_STARTUP_DATA std::atomic<bool> g_purge_clock{false};
+XALLOC_FORK_DATA std::atomic<bool> g_purge_clock{false};
 
 namespace {
 // How far a burst of frees may go beyond the budget before it is given

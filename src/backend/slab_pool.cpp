@@ -26,10 +26,10 @@ struct alignas(64) ClassList {
 
 static_assert(kNumClasses <= 64, "one bit per class in g_classes_held");
 
-// In .bss, not with the start-up data: a process that never pools a slab
-// (most short ones) never touches it, and with its locks on lines of their
-// own it would push the globals written at start-up onto one more page.
-ClassList g_lists[kNumClasses];
+// With the other locks that fork() holds (base/config.h): a process that
+// never pools a slab touches those pages anyway, for the span allocator's
+// and the registry's locks.
+XALLOC_FORK_DATA ClassList g_lists[kNumClasses];
 // Bit c: g_lists[c] is not empty. Changed under that class's lock, with an
 // atomic read-modify-write since other classes' bits change beside it;
 // read without a lock as a hint, so that a refill finds out that nothing

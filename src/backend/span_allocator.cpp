@@ -11,7 +11,7 @@
 
 namespace xalloc {
 
-constinit SpanAllocator g_spans;
+XALLOC_FORK_DATA constinit SpanAllocator g_spans;
 
 namespace {
 

@@ -42,7 +42,7 @@ class WrittenPages {
 
 // The table of stacks, its counts, the peak's snapshot and the totals
 // that ask for profiles. A sample takes it; a free does not.
-Mutex g_lock{shared_count::Site::kProfilerLock};
+XALLOC_FORK_DATA Mutex g_lock{shared_count::Site::kProfilerLock};
 Stack* g_stacks = nullptr;
 size_t g_stack_count = 0;
 uint32_t* g_stack_index = nullptr;  // hash slot -> stack index + 1
@@ -81,7 +81,7 @@ uint64_t g_next_interval_dump = 0;
 // One profile written at a time (it numbers them in order, and the
 // symbolizer's cache is not shared); taken before g_lock, which a profile
 // holds only while it copies the counts.
-Mutex g_dump_lock{shared_count::Site::kProfilerLock};
+XALLOC_FORK_DATA Mutex g_dump_lock{shared_count::Site::kProfilerLock};
 StackCounts* g_dump_counts = nullptr;  // the copy being written (kMaxStacks)
 uint64_t g_next_seq = 0;
 int64_t g_written_max = 0;  // the highest estimate of a numbered profile written
@@ -373,6 +373,7 @@ void unlock_after_fork_parent() {
 void reset_after_fork_child() {
   g_lock.reset_after_fork();
   g_dump_lock.reset_after_fork();
+  if (!profiling()) return;  // the profiler starts with the process or never
   // The child's profiles are its own (its pid): numbered from 0, and its
   // peak is measured from what it has now, not from its parent's.
   g_next_seq = 0;

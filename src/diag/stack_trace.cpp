@@ -99,8 +99,8 @@ __attribute__((noinline)) int step_trace(void** frames, int want) {
 // (stack_trace_hold_for_fork). A walker counts itself in, then checks that
 // no fork is pending; the fork sets its flag, then waits for the count to
 // reach zero: with both sequentially consistent, one of them sees the other.
-std::atomic<uint32_t> g_walkers{0};
-std::atomic<bool> g_fork_pending{false};
+XALLOC_FORK_DATA std::atomic<uint32_t> g_walkers{0};
+XALLOC_FORK_DATA std::atomic<bool> g_fork_pending{false};
 
 class WalkGuard {
  public:

@@ -13,7 +13,7 @@ namespace {
 // Everything below is written under g_huge_lock. g_huge_cache and
 // g_huge_next_purge_ms are also read without it (huge_cache_maybe_purge,
 // at every thread's periodic work), hence their atomic accesses.
-XALLOC_STARTUP_DATA Mutex g_huge_lock{shared_count::Site::kHugeCacheLock};
+XALLOC_FORK_DATA Mutex g_huge_lock{shared_count::Site::kHugeCacheLock};
 XALLOC_STARTUP_DATA Segment* g_huge_cache = nullptr;  // most recently freed first
 XALLOC_STARTUP_DATA size_t g_huge_cache_bytes = 0;
 XALLOC_STARTUP_DATA size_t g_huge_cache_resident = 0;  // of which not purged

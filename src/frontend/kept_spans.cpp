@@ -270,7 +270,7 @@ namespace {
 // and nothing else. The home and the pass both take a
 // stack with one exchange; kept spans are claimed first, kept_enter.)
 XALLOC_STARTUP_DATA std::atomic<uint64_t> g_reclaim_next_pass_ms{0};
-XALLOC_STARTUP_DATA std::atomic<bool> g_reclaim_pass_running{false};
+XALLOC_FORK_DATA std::atomic<bool> g_reclaim_pass_running{false};
 
 void reclaim_returned_spans(Heap* heap, bool force) {
   Page* head = heap->returned_spans.load(std::memory_order_relaxed);
@@ -332,7 +332,9 @@ void reclaim_idle_kept_memory(bool force, uint64_t now_ms) {
 // the child.
 void reclaim_reset_after_fork_child() {
   g_reclaim_pass_running.store(false, std::memory_order_relaxed);
-  for_each_heap([](Heap* heap) { heap->kept.claimed.store(0, std::memory_order_relaxed); });
+  for_each_heap([](Heap* heap) {
+    if (heap->kept.claimed.load(std::memory_order_relaxed) != 0) heap->kept.claimed.store(0, std::memory_order_relaxed);
+  });
   os::process_wide_barrier_reset_after_fork_child();
 }
 

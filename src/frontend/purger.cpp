@@ -12,7 +12,7 @@ namespace {
 
 // Set by the first thread to start it: a second does not, nor does a
 // failed start try again on every slow path.
-std::atomic<bool> g_purger_started{false};
+XALLOC_FORK_DATA std::atomic<bool> g_purger_started{false};
 
 // The clock's period: a tenth of the delay (the excess beyond the budget
 // waits that long), at least 5 ms.
@@ -36,8 +36,10 @@ void purger_start() {
 }
 
 void purger_after_fork_child() {
-  g_purge_clock.store(false, std::memory_order_relaxed);
-  g_purger_started.store(false, std::memory_order_relaxed);
+  if (g_purger_started.load(std::memory_order_relaxed)) {
+    g_purge_clock.store(false, std::memory_order_relaxed);
+    g_purger_started.store(false, std::memory_order_relaxed);
+  }
   if (g_options.background_purge == Switch::kOn) purger_start();
 }
 

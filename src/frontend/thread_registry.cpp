@@ -13,7 +13,7 @@ namespace xalloc {
 
 namespace {
 
-XALLOC_STARTUP_DATA Mutex g_registry_lock{shared_count::Site::kRegistryLock};
+XALLOC_FORK_DATA Mutex g_registry_lock{shared_count::Site::kRegistryLock};
 XALLOC_STARTUP_DATA bool g_have_heap_key = false;
 XALLOC_STARTUP_DATA std::atomic<Heap*> g_all_heaps{nullptr};  // pushed under the lock, read without it
 XALLOC_STARTUP_DATA Heap* g_orphans = nullptr;
@@ -74,7 +74,7 @@ void push_orphan_locked(Heap* heap) {
 
 }  // namespace
 
-XALLOC_STARTUP_DATA std::atomic<uint32_t> g_live_heaps{0};
+XALLOC_FORK_DATA std::atomic<uint32_t> g_live_heaps{0};
 
 void registry_init(void (*teardown)(void*)) {
   if (g_have_heap_key) return;
@@ -152,13 +152,28 @@ void for_each_orphan(void (*fn)(Heap*)) {
 
 Heap* registry_first() { return g_all_heaps.load(std::memory_order_acquire); }
 
+// An active heap's orphan lock is taken only under the registry lock (held
+// here, so no heap turns active or orphaned meanwhile) or by a sender's
+// orphan_collect, which finds the heap active and lets go without touching
+// it. So only the other heaps' locks guard work that a fork could cut in
+// half, and the parent writes (copies) no active heap's page for a fork.
+namespace {
+bool guards_work_across_fork(const Heap* heap) {
+  return heap->state.load(std::memory_order_relaxed) != HeapState::kActive;
+}
+}  // namespace
+
 void registry_lock_for_fork() {
   g_registry_lock.lock();
-  for_each_heap([](Heap* heap) { heap->orphan_lock.lock(); });
+  for_each_heap([](Heap* heap) {
+    if (guards_work_across_fork(heap)) heap->orphan_lock.lock();
+  });
 }
 
 void registry_unlock_after_fork_parent() {
-  for_each_heap([](Heap* heap) { heap->orphan_lock.unlock(); });
+  for_each_heap([](Heap* heap) {
+    if (guards_work_across_fork(heap)) heap->orphan_lock.unlock();
+  });
   g_registry_lock.unlock();
 }
 

@@ -49,7 +49,10 @@ class Mutex {
 
   // After fork() only the forking thread exists in the child: whoever held
   // the lock in the parent is gone, so the child starts it afresh.
-  void reset_after_fork() { state_.store(0, std::memory_order_relaxed); }
+  // (Written only when held: a page not written is not copied.)
+  void reset_after_fork() {
+    if (state_.load(std::memory_order_relaxed) != 0) state_.store(0, std::memory_order_relaxed);
+  }
 
  private:
   void lock_contended() {

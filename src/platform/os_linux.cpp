@@ -293,7 +293,7 @@ uint64_t monotonic_ns() {
 
 namespace {
 enum : int { kBarrierUnknown = 0, kBarrierReady = 1, kBarrierUnavailable = 2 };
-std::atomic<int> g_barrier_state{kBarrierUnknown};
+XALLOC_FORK_DATA std::atomic<int> g_barrier_state{kBarrierUnknown};
 }  // namespace
 
 bool process_wide_barrier() {
@@ -306,7 +306,10 @@ bool process_wide_barrier() {
   return state == kBarrierReady && raw_syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-void process_wide_barrier_reset_after_fork_child() { g_barrier_state.store(kBarrierUnknown, std::memory_order_relaxed); }
+void process_wide_barrier_reset_after_fork_child() {
+  if (g_barrier_state.load(std::memory_order_relaxed) != kBarrierUnknown)
+    g_barrier_state.store(kBarrierUnknown, std::memory_order_relaxed);
+}
 
 uint64_t monotonic_ms() {
   struct timespec ts;

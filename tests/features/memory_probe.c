@@ -28,6 +28,9 @@
  *   memory_probe young      one block of each small class's size: the page
  *                           faults, and the usable size of malloc(33) while
  *                           the heap is young and once it has grown up
+ *   memory_probe fork       with 4 more threads alive, each with its heap,
+ *                           64 forks of a child that exits at once: the
+ *                           parent's page faults per fork, times 100
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -39,6 +42,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <xalloc/xalloc.h>
@@ -344,6 +348,38 @@ static int young(void) {
   return 0;
 }
 
+/* --- fork ----------------------------------------------------------------------- */
+
+enum { kForkThreads = 4, kForks = 64 };
+static pthread_barrier_t g_fork_barrier;
+
+static void* fork_bystander(void* arg) {
+  free(malloc(100)); /* its heap */
+  pthread_barrier_wait(&g_fork_barrier);
+  pthread_barrier_wait(&g_fork_barrier); /* alive until the forks are done */
+  return arg;
+}
+
+static int fork_faults(void) {
+  pthread_t threads[kForkThreads];
+  pthread_barrier_init(&g_fork_barrier, NULL, kForkThreads + 1);
+  for (int i = 0; i < kForkThreads; ++i)
+    if (pthread_create(&threads[i], NULL, fork_bystander, NULL) != 0) return 1;
+  pthread_barrier_wait(&g_fork_barrier);
+  free(malloc(100));
+  long before = minor_faults();
+  for (int i = 0; i < kForks; ++i) {
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) _exit(0);
+    waitpid(pid, NULL, 0);
+  }
+  printf("fork_faults_x100=%ld\n", (minor_faults() - before) * 100 / kForks);
+  pthread_barrier_wait(&g_fork_barrier);
+  for (int i = 0; i < kForkThreads; ++i) pthread_join(threads[i], NULL);
+  return 0;
+}
+
 enum { kStalledBlocks = 64 * 1024 };
 static void* g_stalled_blocks[kStalledBlocks];
 static pthread_mutex_t g_stalled_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -425,6 +461,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "shrink") == 0) return shrink();
   if (strcmp(mode, "young") == 0) return young();
   if (strcmp(mode, "stalled") == 0) return stalled();
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young | stalled\n", argv[0]);
+  if (strcmp(mode, "fork") == 0) return fork_faults();
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young | stalled | fork\n", argv[0]);
   return 2;
 }
