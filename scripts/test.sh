@@ -9,8 +9,8 @@
 #   4. debug-checks build (build-debug/, Debug + XALLOC_DEBUG_CHECKS, with the
 #      shared-write counting of XALLOC_COUNT_SHARED) and its tests, then a few bench workloads under its libxalloc.so (skipped while
 #      the bench programs do not build)
-#   5. self-host: the project built by compilers running under
-#      LD_PRELOAD=build/libxalloc.so, then that build's core tests
+#   5. self-host: the library and its core tests built by compilers running
+#      under LD_PRELOAD=build/libxalloc.so, then those tests
 #   6. fuzz: a clang build (build-fuzz/) of the libFuzzer targets
 #      (tests/fuzz/), each fuzzed for 30 s (10 min with XALLOC_TEST_SOAK);
 #      skipped when clang is not installed
@@ -235,7 +235,9 @@ fi
 
 # --- 5. self-host -------------------------------------------------------------
 
-# The project builds itself with its compilers running on xalloc.
+# The project builds itself with its compilers running on xalloc: the
+# library and the core tests, which it then runs (the rest would be built
+# and never run).
 self_host() {
   local lib="$root/build/libxalloc.so"
   [ -f "$lib" ] || { echo "no $lib (the release build failed?)"; return 1; }
@@ -245,7 +247,8 @@ self_host() {
     -DXALLOC_BUILD_BENCH=OFF >"$logs/selfhost.configure.log" 2>&1 ||
     { echo "configure under xalloc failed"; tail -30 "$logs/selfhost.configure.log"; return 1; }
   # Every process of the build prints xalloc's statistics when it exits.
-  XALLOC_STATS=1 LD_PRELOAD="$lib" cmake --build "$dir" -j"$jobs" >"$logs/selfhost.build.log" 2>&1
+  XALLOC_STATS=1 LD_PRELOAD="$lib" cmake --build "$dir" --target xalloc_core_tests -j"$jobs" \
+    >"$logs/selfhost.build.log" 2>&1
   local rc=$?
   local served
   served=$(grep -cE '^xalloc: stats: [1-9][0-9]* segments' "$logs/selfhost.build.log")
