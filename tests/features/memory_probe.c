@@ -28,9 +28,9 @@
  *   memory_probe young      one block of each small class's size: the page
  *                           faults, and the usable size of malloc(33) while
  *                           the heap is young and once it has grown up
- *   memory_probe fork       with 4 more threads alive, each with its heap,
- *                           64 forks of a child that exits at once: the
- *                           parent's page faults per fork, times 100
+ *   memory_probe fork N     with N more threads alive (at most 16), each with
+ *                           its heap, 64 forks of a child that exits at
+ *                           once: the parent's page faults per fork, x100
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -41,8 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xalloc/xalloc.h>
@@ -350,7 +350,7 @@ static int young(void) {
 
 /* --- fork ----------------------------------------------------------------------- */
 
-enum { kForkThreads = 4, kForks = 64 };
+enum { kMaxForkThreads = 16, kForks = 64 };
 static pthread_barrier_t g_fork_barrier;
 
 static void* fork_bystander(void* arg) {
@@ -360,10 +360,11 @@ static void* fork_bystander(void* arg) {
   return arg;
 }
 
-static int fork_faults(void) {
-  pthread_t threads[kForkThreads];
-  pthread_barrier_init(&g_fork_barrier, NULL, kForkThreads + 1);
-  for (int i = 0; i < kForkThreads; ++i)
+static int fork_faults(unsigned n) {
+  pthread_t threads[kMaxForkThreads];
+  if (n > kMaxForkThreads) return 2;
+  pthread_barrier_init(&g_fork_barrier, NULL, n + 1);
+  for (unsigned i = 0; i < n; ++i)
     if (pthread_create(&threads[i], NULL, fork_bystander, NULL) != 0) return 1;
   pthread_barrier_wait(&g_fork_barrier);
   free(malloc(100));
@@ -376,7 +377,7 @@ static int fork_faults(void) {
   }
   printf("fork_faults_x100=%ld\n", (minor_faults() - before) * 100 / kForks);
   pthread_barrier_wait(&g_fork_barrier);
-  for (int i = 0; i < kForkThreads; ++i) pthread_join(threads[i], NULL);
+  for (unsigned i = 0; i < n; ++i) pthread_join(threads[i], NULL);
   return 0;
 }
 
@@ -461,7 +462,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "shrink") == 0) return shrink();
   if (strcmp(mode, "young") == 0) return young();
   if (strcmp(mode, "stalled") == 0) return stalled();
-  if (strcmp(mode, "fork") == 0) return fork_faults();
-  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young | stalled | fork\n", argv[0]);
+  if (strcmp(mode, "fork") == 0 && argc == 3) return fork_faults((unsigned)strtoul(argv[2], NULL, 10));
+  fprintf(stderr, "usage: %s gigabyte | idle | churn N | reuse | shrink | young | stalled | fork N\n", argv[0]);
   return 2;
 }
