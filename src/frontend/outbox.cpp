@@ -80,14 +80,10 @@ void close_run(OutboxLinks& links, size_t slot, size_t lane, OpenRuns& runs, siz
 // puts it in front of its slab's free list.
 //
 // All of them go on one lane, chosen by the first block's slice: one
-// compare-and-swap per destination and send (a lane per run's slice took
-// larson's inbox pushes from 210k to 2.28M with 32 threads, 61.6 shared
-// writes per 10,000 mallocs against 15.7). A slab whose blocks come back
-// in sends of their own has them on one lane, in order; blocks of a slab
-// dealt out to several lanes block by block came back interleaved, and
-// their next owner walked its slab out of order, round after round
-// (xmalloc-test on 2 cores took 1.9x the time; runs by their first page on
-// 16 lanes, 2.4x).
+// compare-and-swap per destination and send (a lane per run took larson
+// with 32 threads from 15.7 to 61.6 shared writes per 10,000 mallocs), and
+// a slab's blocks come back on one lane in the order they were freed
+// (dealt over lanes, they came back interleaved: xmalloc-test 1.9x the time).
 size_t link_runs(Outbox& outbox, const StagedBlock* staged, size_t first, size_t end) {
   uintptr_t dest = dest_bits(staged[first]);
   size_t slot = slot_for(outbox, reinterpret_cast<Heap*>(dest));
