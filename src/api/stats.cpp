@@ -40,6 +40,14 @@ ClassUsage class_usage() {
   return usage;
 }
 
+// `value` in `buf`, or "-" where it was not kept.
+const char* count_or_dash(char (&buf)[24], bool kept, uint64_t value) {
+  if (!kept) return "-";
+  report::Arg arg(value);
+  report::format(buf, sizeof buf, "%u", &arg, 1);
+  return buf;
+}
+
 xalloc_account_t public_account(const stats::MemoryAccount& a) {
   return {a.resident,     a.committed,    a.live,       a.rounding,   a.slab_free,
           a.empty_current, a.empty_spares, a.empty_pooled, a.free_spans, a.kept_spans,
@@ -158,18 +166,14 @@ extern "C" XALLOC_API void xalloc_stats_print(void) noexcept {
   report::message("stats: %8s %12s %7s %12s %12s %10s", "class", "requests", "slabs", "live blocks", "live KiB",
                   "peak slabs");
   for (unsigned cls = 0; cls < kNumClasses; ++cls) {
-    if (usage.slabs[cls] == 0 && requests[cls] == 0 && g_global.peak_slabs[cls].load(std::memory_order_relaxed) == 0)
-      continue;
-    const char* na = "-";
-    if (counted) {
-      report::message("stats: %8u %12u %7u %12u %12u %10u", kClassInfo[cls].size, requests[cls], usage.slabs[cls],
-                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
-                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
-    } else {
-      report::message("stats: %8u %12s %7u %12u %12u %10u", kClassInfo[cls].size, na, usage.slabs[cls],
-                      usage.live_blocks[cls], (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
-                      g_global.peak_slabs[cls].load(std::memory_order_relaxed));
-    }
+    size_t peak = g_global.peak_slabs[cls].load(std::memory_order_relaxed);
+    if (usage.slabs[cls] == 0 && requests[cls] == 0 && peak == 0) continue;
+    char requested[24];
+    char peak_slabs[24];
+    report::message("stats: %8u %12s %7u %12u %12u %10s", kClassInfo[cls].size,
+                    count_or_dash(requested, counted, requests[cls]), usage.slabs[cls], usage.live_blocks[cls],
+                    (usage.live_blocks[cls] * kClassInfo[cls].size) >> 10,
+                    count_or_dash(peak_slabs, stats::slabs_by_class_counted(), peak));
   }
   if (counted) {
     report::message("stats: %8s %12u", "large", requests[kNumClasses]);

@@ -182,7 +182,10 @@ constexpr int64_t kSlabBytesBatch = int64_t{256} << 10;
 constexpr int32_t kSlabsBatch = 4;
 
 void publish_bytes(int64_t bytes) {
-  if (bytes > 0) stats::add(stats::g_global.slab_in_use, static_cast<size_t>(bytes));
+  if (bytes > 0) {
+    stats::add(stats::g_global.slab_in_use, static_cast<size_t>(bytes));
+    stats::note_in_use();
+  }
   if (bytes < 0) stats::sub(stats::g_global.slab_in_use, static_cast<size_t>(-bytes));
 }
 
@@ -198,18 +201,19 @@ void count_slab(Heap* heap, Page* page, int direction) {
   // drains an orphan): the heap's counts are its own thread's to write.
   if (heap != t_heap) {
     publish_bytes(bytes);
-    publish_slabs(cls, direction);
+    if (stats::slabs_by_class_counted()) publish_slabs(cls, direction);
     shared_count::atomic_rmw(shared_count::Site::kKeptSpans, &heap->slab_bytes_away);
     heap->slab_bytes_away.fetch_add(bytes, std::memory_order_relaxed);
     return;
   }
   heap->slab_bytes += bytes;
   bytes = heap->unpublished_slab_bytes += bytes;
-  int32_t slabs = heap->unpublished_slabs[cls] += direction;
   if (bytes >= kSlabBytesBatch || bytes <= -kSlabBytesBatch) {
     publish_bytes(bytes);
     heap->unpublished_slab_bytes = 0;
   }
+  if (!stats::slabs_by_class_counted()) return;
+  int32_t slabs = heap->unpublished_slabs[cls] += direction;
   if (slabs >= kSlabsBatch || slabs <= -kSlabsBatch) {
     publish_slabs(cls, slabs);
     heap->unpublished_slabs[cls] = 0;

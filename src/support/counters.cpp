@@ -49,7 +49,6 @@ void note_slabs_created(unsigned cls, size_t count) {
   shared_count::atomic_rmw(shared_count::Site::kStatsClassSlabs, &g_global.slabs[cls]);
   auto now = static_cast<int64_t>(g_global.slabs[cls].fetch_add(count, std::memory_order_relaxed) + count);
   if (now > 0) raise_peak(g_global.peak_slabs[cls], static_cast<size_t>(now));
-  note_in_use();
 }
 
 void note_in_use() {

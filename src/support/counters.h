@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #include "platform/shared_count.h"
+#include "support/options.h"
 
 namespace xalloc::stats {
 
@@ -76,6 +77,12 @@ inline size_t slab_bytes() {
   auto bytes = static_cast<int64_t>(g_global.slab_in_use.load(std::memory_order_relaxed));
   return bytes > 0 ? static_cast<size_t>(bytes) : 0;
 }
+
+// Slabs by class (g_global.slabs, peak_slabs) are counted for the table
+// that XALLOC_STATS prints, the only reader, and not in the counting build,
+// whose report (printed by XALLOC_STATS) is to count what a run without it
+// writes.
+inline bool slabs_by_class_counted() { return g_options.stats && !shared_count::kEnabled; }
 
 // Slow-path bookkeeping of the peaks.
 void note_slabs_created(unsigned cls, size_t count);
