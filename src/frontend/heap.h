@@ -72,6 +72,11 @@ struct SpareSlabs {
   std::atomic<uint64_t> classes{0};       // bit c: slab[c] != nullptr
   std::atomic<uint32_t> changes{0};       // spares kept or taken so far (written by the heap's thread)
   uint32_t seen = 0;                      // changes at the last pass (the pass's own)
+  // Room earned past the heap's share of the spares by taking back soon
+  // what it let go (heap_slabs.cpp); the heap's thread's alone.
+  uint32_t earned = 0;        // slices
+  uint32_t let_go_at = 0;     // slow_calls when a slab last left for want of room
+  bool let_go = false;        // one has
 };
 static_assert(kNumClasses <= 64, "SpareSlabs::classes has a bit per class");
 

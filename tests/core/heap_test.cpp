@@ -368,14 +368,19 @@ TEST(SpareSlabs, SlabsOfSeveralSlicesAreKeptUpToTheBound) {
     size_t listed = 0;
     for (const xalloc::Page* page = heap->spares.slab[cls]; page != nullptr; page = page->next) listed += page->slice_count;
     EXPECT_EQ(listed, heap->spares.slices.load());
+    // Taking the slabs back earns no room while the thread has its whole bound.
+    for (void*& p : blocks) p = xalloc_malloc(kSize);
+    for (void* p : blocks) xalloc_free(p);
+    EXPECT_EQ(heap->spares.slices.load(), 16u) << "a thread among few kept more than its bound";
     xalloc_trim(0);
     EXPECT_EQ(heap->spares.slices.load(), 0u);
   }).join();
 }
 
 // With many threads alive, each keeps its share of 32 MiB of spares (but
-// four slices at least).
-TEST(SpareSlabs, ManyThreadsKeepTheirShare) {
+// four slices at least); one that takes back soon the slabs it let go
+// earns room back up to 16 slices.
+TEST(SpareSlabs, ManyThreadsKeepTheirShareOrWhatTheyReuse) {
   constexpr int kOthers = 127;  // with the test's thread, 128 or more live heaps: 4 slices each
   std::atomic<int> ready{0};
   std::atomic<bool> done{false};
@@ -396,6 +401,13 @@ TEST(SpareSlabs, ManyThreadsKeepTheirShare) {
     ASSERT_GE(xalloc::live_heap_count(), 128u);
     for (void* p : blocks) xalloc_free(p);
     EXPECT_EQ(heap->spares.slices.load(), 4u) << "a thread among many kept more than its share";
+    for (int round = 0; round < 2; ++round) {
+      for (void*& p : blocks) p = xalloc_malloc(20 * 1024);
+      for (void* p : blocks) xalloc_free(p);
+      EXPECT_EQ(heap->spares.slices.load(), 16u) << "round " << round << ": the room taken back was not kept";
+    }
+    xalloc_trim(0);
+    EXPECT_EQ(heap->spares.slices.load(), 0u);
   }).join();
   done.store(true);
   for (std::thread& t : others) t.join();
