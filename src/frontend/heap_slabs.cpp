@@ -298,18 +298,6 @@ constexpr uint32_t kMaxSpareSlices = 16;
 constexpr uint32_t kSpareSlicesAllHeaps = 32 * kMaxSpareSlices;  // 32 MiB
 constexpr uint32_t kMinSpareSlices = 4;
 constexpr uint32_t kSpareLifetime = 256;
-// Where the share is what bounds a heap's spares (more threads live than
-// kSpareSlicesAllHeaps holds at kMaxSpareSlices each), a heap that lets a
-// slab go for want of room and needs a new one within kSpareLifetime slow
-// paths earns room for it, back up to kMaxSpareSlices: the pool's 4 MiB
-// cannot hold what so many threads let go, and a busy thread among many
-// would take back what it needs through the pool's lock or the span
-// allocator slab by slab (sh6bench with 64 threads on 2 cores: 0.82x the
-// time, peak RSS 0.90x). The earned room goes with the spares that
-// expire unused; a heap that stops taking slabs earns none. Room past
-// kMaxSpareSlices is not earned: a heap's spares serve its own classes
-// only, where the pool serves every heap and class (with up to 4 MiB a
-// heap, sh6bench with 4 threads had 13% more peak RSS).
 
 // (The spare functions run between kept_enter and kept_exit, or in the
 // reclaim pass after its barrier: heap.h.)
@@ -363,8 +351,18 @@ uint32_t spare_slice_budget(const Heap* heap) {
   return budget < kMaxSpareSlices ? budget : kMaxSpareSlices;
 }
 
-// A slab taken soon after one left for want of room: room for it, where
-// the share bounds the spares.
+// Where the share is what bounds a heap's spares (more threads live than
+// kSpareSlicesAllHeaps holds at kMaxSpareSlices each), a heap that lets a
+// slab go for want of room and needs a new one within kSpareLifetime slow
+// paths earns room for it, back up to kMaxSpareSlices: the pool's 4 MiB
+// cannot hold what so many threads let go, and a busy thread among many
+// would take back what it needs through the pool's lock or the span
+// allocator slab by slab (sh6bench with 64 threads on 2 cores: 0.82x the
+// time, peak RSS 0.90x). The earned room goes with the spares that
+// expire unused; a heap that stops taking slabs earns none. Room past
+// kMaxSpareSlices is not earned: a heap's spares serve its own classes
+// only, where the pool serves every heap and class (with up to 4 MiB a
+// heap, sh6bench with 4 threads had 13% more peak RSS).
 void spares_earn(Heap* heap, const Page* page) {
   if (!heap->spares.let_go || heap->slow_calls - heap->spares.let_go_at >= kSpareLifetime) return;
   if (spare_share() + heap->spares.earned < kMaxSpareSlices) heap->spares.earned += page->slice_count;
