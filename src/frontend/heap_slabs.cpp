@@ -319,10 +319,10 @@ void spares_release(Heap* heap, unsigned cls) {
 
 // Spares of `cls` unused for their lifetime go, and the room they earned.
 void spares_retire(Heap* heap, unsigned cls) {
-  uint32_t slices = 0;
-  for (const Page* page = heap->spares.slab[cls]; page != nullptr; page = page->next) slices += page->slice_count;
-  heap->spares.earned -= slices < heap->spares.earned ? slices : heap->spares.earned;
+  uint32_t before = heap->spares.slices.load(std::memory_order_relaxed);
   spares_release(heap, cls);
+  uint32_t slices = before - heap->spares.slices.load(std::memory_order_relaxed);
+  heap->spares.earned -= slices < heap->spares.earned ? slices : heap->spares.earned;
 }
 
 // A spare kept or taken: what the reclaim pass looks at to tell a heap
