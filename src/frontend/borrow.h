@@ -10,13 +10,15 @@
 // free for it piles up, out of everyone's reach, while they map fresh
 // memory (Ruby with 8 threads: 50-77 MiB in such inboxes).
 //
-// With XALLOC_BORROW=1, a heap that is about to take a new slab looks for a
-// heap that left a drain request unanswered while senders kept sending (a
-// "stalled" one, kStalledBytes) and borrows from its inbox instead: it
-// takes the inbox's lists with the same atomic exchange the owner drains
-// with, keeps up to kBorrowBytes of their blocks on per-class lists of its
-// own - pseudo-slabs that its direct and serving tables serve from until
-// they run dry - and pushes the rest back. A borrowed block stays its
+// A heap that is about to take a new slab looks for a heap that left a
+// drain request unanswered while senders kept sending (a "stalled" one,
+// kStalledBytes), for longer than a thread waits for its turn on a
+// processor (kStalledMillis for each thread per processor: a thread that
+// shares its core with others only waits), and borrows from its inbox
+// instead: it takes the inbox's lists with the same atomic exchange the
+// owner drains with, keeps up to kBorrowBytes of their blocks on per-class
+// lists of its own - pseudo-slabs that its direct and serving tables serve
+// from until they run dry - and pushes the rest back. A borrowed block stays its
 // owner's: its slab counts it as in use all along, and whoever frees it
 // later sends it home like any other thread's block. Nothing is written
 // into the owner's slabs, so the owner's lock-free fast paths are never
@@ -29,12 +31,13 @@
 // its next kBorrowPause slabs itself instead of borrowing back at once, so
 // that blocks do not circle between threads that take turns.
 //
-// Off by default: a borrowed block stays a cross-thread block at every
-// later free, and those cost more than local ones (on 2 cores: peak RSS
-// 0.94x over the quick suite, rptest 0.49x, but larson 1.17x and
-// xmalloc-test 1.59x the time: docs/memory.md). Not in secure mode, whose
-// blocks wait in their owner's quarantine, nor while statistics or the
-// profiler count allocations.
+// What it costs: a borrowed block stays a cross-thread block at every later
+// free, and those cost more than local ones. Where a thread stops for good
+// with blocks that others free (larson's main thread, which made the first
+// blocks and waits for the workers) they are borrowed again and again
+// (docs/memory.md has the figures). XALLOC_BORROW=0 turns it off. Not in
+// secure mode, whose blocks wait in their owner's quarantine, nor while
+// statistics or the profiler count allocations.
 #pragma once
 
 #include <cstddef>

@@ -235,6 +235,9 @@ struct alignas(64) Heap {
   // small malloc takes the slow path, which drains and restores the table.
   std::atomic<size_t> inbox_bytes;
   std::atomic<uint32_t> drain_requested;
+  // When a sender last took the pending bytes past kStalledBytes
+  // (monotonic ms; note_stalled): how long the owner has not answered.
+  std::atomic<uint64_t> stalled_since;
   // Set by a heap that borrows from this one's inbox (borrow.h): the next
   // refills that would borrow make slabs instead, counting it down.
   std::atomic<uint32_t> borrow_pause;
@@ -277,8 +280,8 @@ constexpr Heap::Heap(EmptyTag)
 #endif
       thread_id(0), slow_calls(0), young(false), state(HeapState::kActive),
       next_in_registry(nullptr), next_orphan(nullptr), remote_frees_sent(0), inbox{}, inbox_bytes(0),
-      drain_requested(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0), returned_seen(nullptr),
-      slab_bytes_away(0) {
+      drain_requested(0), stalled_since(0), borrow_pause(0), returned_spans(nullptr), returned_slices(0),
+      returned_seen(nullptr), slab_bytes_away(0) {
   for (Page*& slot : direct) slot = &g_empty_page;
   for (Page*& slot : serving) slot = &g_empty_page;
   for (Page*& slot : current) slot = &g_empty_page;

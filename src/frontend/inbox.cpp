@@ -2,6 +2,7 @@
 
 #include "backend/segment.h"
 #include "frontend/quarantine.h"
+#include "platform/os.h"
 #include "support/debug.h"
 #include "support/options.h"
 
@@ -97,7 +98,9 @@ void heap_drain_inbox_for_reuse(Heap* heap) { drain_inbox<true>(heap, false); }
 
 // (Only with the option on: the slots are shared by every thread.)
 void note_stalled(Heap* heap) {
-  if (g_options.borrow) g_stalled[stalled_slot(heap)].store(heap, std::memory_order_relaxed);
+  if (!g_options.borrow) return;
+  heap->stalled_since.store(os::monotonic_ms(), std::memory_order_relaxed);
+  g_stalled[stalled_slot(heap)].store(heap, std::memory_order_relaxed);
 }
 
 void orphan_collect(Heap* heap) {

@@ -162,5 +162,11 @@ constexpr size_t kDrainRequestBytes = 256 * 1024;
 // is running answers the request at its next small malloc, long before
 // (frontend/borrow.h).
 constexpr size_t kStalledBytes = 2 * kDrainRequestBytes;
+// And it has stayed so for this long times the threads per processor
+// (borrow.cpp): a thread preempted by others that share its core runs again
+// within a scheduler slice (3-4 ms) for each thread ahead of it, one
+// waiting for a lock or for its turn under an interpreter lock (Ruby hands
+// it over every 100 ms) does not.
+constexpr uint64_t kStalledMillis = 10;
 
 }  // namespace xalloc

@@ -125,6 +125,10 @@ uint64_t process_id();
 uint64_t monotonic_ms();
 uint64_t monotonic_ns();
 
+// The processors the process may run on (its affinity mask at the first
+// call; 1 if unknown).
+uint32_t cpu_count();
+
 // `count` random 64-bit values from the kernel in one system call
 // (getrandom, falling back to AT_RANDOM mixed with the clock).
 void random_fill(uint64_t* values, size_t count);

@@ -317,6 +317,18 @@ uint64_t monotonic_ms() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000ull + static_cast<uint64_t>(ts.tv_nsec) / 1000000ull;
 }
 
+uint32_t cpu_count() {
+  static std::atomic<uint32_t> cached{0};
+  uint32_t count = cached.load(std::memory_order_relaxed);
+  if (count != 0) return count;
+  uint64_t mask[16] = {};  // 1,024 processors
+  long bytes = raw_syscall(SYS_sched_getaffinity, 0, sizeof(mask), reinterpret_cast<long>(mask));
+  for (long i = 0; i < bytes / 8; ++i) count += static_cast<uint32_t>(__builtin_popcountll(mask[i]));
+  if (count == 0) count = 1;
+  cached.store(count, std::memory_order_relaxed);
+  return count;
+}
+
 void random_fill(uint64_t* values, size_t count) {
   long bytes = static_cast<long>(count * sizeof(uint64_t));
   if (raw_syscall(SYS_getrandom, reinterpret_cast<long>(values), bytes, 1 /* GRND_NONBLOCK */) == bytes) return;

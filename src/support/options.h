@@ -30,7 +30,7 @@ struct Options {
   // freed for a thread that is not running (borrow.h): less memory for
   // programs whose threads take turns, at the cost of more cross-thread
   // frees.
-  bool borrow = false;
+  bool borrow = true;
   // Fully free segments kept mapped (purged) for reuse instead of unmapped.
   uint64_t retain_segments = 1;
   // Segments are reserved inaccessible and their pages made read-write as

@@ -1,8 +1,9 @@
 // Borrowing (frontend/borrow.h, XALLOC_BORROW=1): a heap that needs a new
 // slab takes blocks from the inbox of a heap that stopped answering its
-// drain requests, serves them from lists of its own, and sends what it has
-// not used home when it collects. Off by default. Each test runs in a
-// process of its own, with the option set.
+// drain requests for kStalledMillis, serves them from lists of its own, and
+// sends what it has not used home when it collects. On by default
+// (XALLOC_BORROW=0 turns it off). Each test runs in a process of its own,
+// with the option set.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "frontend/outbox.h"
 #include "meta/page.h"
 #include "meta/size_classes.h"
+#include "platform/os.h"
 #include "test_util.h"
 #include "xalloc/xalloc.h"
 
@@ -47,7 +49,9 @@ constexpr size_t kSize = 256;
 // What happened when a grown-up heap with no slab of kSize bytes allocated
 // two of them while another heap sat on 768 KiB of such blocks that a
 // third thread had freed for it (a "stalled" heap: asked to drain, and
-// sent kStalledBytes since), then collected.
+// sent kStalledBytes since), then collected. The stall's start is set to
+// `stalled_ms_ago` milliseconds before the borrower's malloc (negative: in
+// the future), so that no scheduling delay of the test's threads decides.
 struct Outcome {
   xalloc::Heap* stalled = nullptr;
   xalloc::Heap* borrower = nullptr;
@@ -59,9 +63,10 @@ struct Outcome {
   bool served_from_borrowed = false;  // the class's serving table entry is the borrowed list
   bool borrowed_left_after_collect = true;
   uint32_t stalled_pause = 0;
+  bool stall_timed = false;           // the sender that made it stalled noted when
 };
 
-Outcome stall_then_allocate() {
+Outcome stall_then_allocate(int64_t stalled_ms_ago) {
   Outcome o;
   const unsigned cls = xalloc::class_of(kSize);
   // The borrower first: grown up (a young heap does not borrow), before
@@ -84,7 +89,10 @@ Outcome stall_then_allocate() {
   }).join();
   EXPECT_NE(o.stalled->drain_requested.load(), 0u);
   o.pending_before = o.stalled->inbox_bytes.load();
+  uint64_t since = o.stalled->stalled_since.load();
+  o.stall_timed = since != 0 && since <= xalloc::os::monotonic_ms();
   borrower.run([&] {
+    o.stalled->stalled_since.store(xalloc::os::monotonic_ms() - stalled_ms_ago);
     void* first = xalloc_malloc(kSize);
     void* second = xalloc_malloc(kSize);
     o.pending_after = o.stalled->inbox_bytes.load();
@@ -112,8 +120,9 @@ Outcome stall_then_allocate() {
 // collect sends everything the borrower holds home.
 TEST(Borrow, HeapWithoutASlabBorrowsFromAStalledHeapsInbox) {
   if (!rerun_with_borrow("1")) return;
-  Outcome o = stall_then_allocate();
+  Outcome o = stall_then_allocate(1000);
   ASSERT_GE(o.pending_before, xalloc::kStalledBytes);
+  EXPECT_TRUE(o.stall_timed) << "the sender did not note when the heap stalled";
   EXPECT_EQ(o.first_owner, o.stalled) << "the block came from a slab of the borrower's own";
   EXPECT_EQ(o.second_owner, o.stalled);
   EXPECT_TRUE(o.served_from_borrowed) << "the class is not served from the borrowed list";
@@ -123,11 +132,7 @@ TEST(Borrow, HeapWithoutASlabBorrowsFromAStalledHeapsInbox) {
   EXPECT_EQ(o.pending_after_collect, o.pending_before) << "borrowed blocks did not all go home";
 }
 
-// Without XALLOC_BORROW the same heap makes a slab of its own and leaves
-// the stalled heap's inbox alone.
-TEST(Borrow, NothingIsBorrowedWithoutTheOption) {
-  if (!rerun_with_borrow("0")) return;
-  Outcome o = stall_then_allocate();
+void expect_nothing_borrowed(const Outcome& o) {
   ASSERT_GE(o.pending_before, xalloc::kStalledBytes);
   EXPECT_EQ(o.first_owner, o.borrower);
   EXPECT_EQ(o.second_owner, o.borrower);
@@ -136,11 +141,27 @@ TEST(Borrow, NothingIsBorrowedWithoutTheOption) {
   EXPECT_EQ(o.stalled_pause, 0u);
 }
 
+// With XALLOC_BORROW=0 the same heap makes a slab of its own and leaves
+// the stalled heap's inbox alone.
+TEST(Borrow, NothingIsBorrowedWithoutTheOption) {
+  if (!rerun_with_borrow("0")) return;
+  expect_nothing_borrowed(stall_then_allocate(1000));
+}
+
+// A heap stalled for less than kStalledMillis (times the threads per
+// processor) may only be waiting for its core: it is left alone.
+TEST(Borrow, HeapStalledBrieflyIsLeftAlone) {
+  if (!rerun_with_borrow("1")) return;
+  expect_nothing_borrowed(stall_then_allocate(0));
+  expect_nothing_borrowed(stall_then_allocate(-1000));  // renewed since the borrower read the clock
+}
+
 // --- under load: borrowed blocks keep their contents -------------------------------
 
-// XALLOC_BORROW: threads hand batches of blocks round a ring and free what
-// they are handed, each now and then sleeping (stalled, with blocks piling
-// up in its inbox) while the others borrow them. Every block keeps its
+// Threads hand batches of blocks round a ring and free what they are
+// handed, each now and then sleeping (stalled, with blocks piling up in its
+// inbox, for ten times kStalledMillis: more than 5 threads on one
+// processor wait) while the others borrow them. Every block keeps its
 // contents from malloc to free, whichever heap served it; the borrowing
 // paths (steal, push-back, return at exit) race with the owners' drains,
 // which ThreadSanitizer checks in the tsan stage.
@@ -189,7 +210,7 @@ TEST(Options, BorrowedBlocksKeepTheirContents) {
             next.blocks.insert(next.blocks.end(), batch.begin(), batch.end());
           }
           take_and_free(boxes[t]);
-          if (round % kThreads == t) usleep(3000);
+          if (round % kThreads == t) usleep(10000 * xalloc::kStalledMillis);
         }
       });
     }

@@ -21,8 +21,8 @@
  *                           blocks written and freed, and RSS after 1 s idle
  *   memory_probe stalled    a thread allocates 64 K blocks of 64 B and blocks on
  *                           a condition variable; the main thread frees them all
- *                           (they wait in the stalled thread's inbox), then
- *                           allocates as many: how many of those it got at
+ *                           (they wait in the stalled thread's inbox) and,
+ *                           50 ms later, allocates as many: how many of those it got at
  *                           addresses of the freed ones (XALLOC_BORROW); then
  *                           the stalled thread wakes, allocates and frees
  *   memory_probe young      one block of each small class's size: the page
@@ -429,6 +429,9 @@ static int stalled(void) {
   memcpy(freed, g_stalled_blocks, sizeof freed);
   qsort(freed, kStalledBlocks, sizeof freed[0], compare_pointers);
   for (size_t i = 0; i < kStalledBlocks; ++i) free(g_stalled_blocks[i]);
+  /* Longer than a thread that others preempt waits for its core: the
+     owner is stalled, not just off the CPU (kStalledMillis). */
+  sleep_ms(50);
   static void* mine[kStalledBlocks];
   size_t reused = 0;
   for (size_t i = 0; i < kStalledBlocks; ++i) {

@@ -61,21 +61,21 @@ TEST(Memory, BackgroundPurgeReturnsMemoryOfAnIdleProcess) {
               v["at_1s_kib"], w["at_1s_kib"]);
 }
 
-// XALLOC_BORROW (docs/memory.md): blocks freed for a thread that is blocked
-// are reused by the thread that allocates, not left in its inbox.
+// Borrowing (docs/memory.md): blocks freed for a thread that is blocked are
+// reused by the thread that allocates, not left in its inbox.
 TEST(Memory, BorrowingReusesBlocksFreedForABlockedThread) {
-  Outcome r = run_program({XTEST_MEMORY_PROBE, "stalled"}, {"XALLOC_BORROW=1"}, 30);
+  Outcome r = run_program({XTEST_MEMORY_PROBE, "stalled"}, {}, 30);
   ASSERT_TRUE(r.exited_ok()) << r.describe();
   auto v = key_values(r.out);
   ASSERT_EQ(v["blocks"], 65536) << r.out;
   // All but what stays below the stalled threshold (512 KiB) and the first
   // slab of the young heap: about 7/8.
   EXPECT_GT(v["reused"], v["blocks"] * 3 / 4) << r.out;
-  Outcome off = run_program({XTEST_MEMORY_PROBE, "stalled"}, {}, 30);
+  Outcome off = run_program({XTEST_MEMORY_PROBE, "stalled"}, {"XALLOC_BORROW=0"}, 30);
   ASSERT_TRUE(off.exited_ok()) << off.describe();
   auto w = key_values(off.out);
-  EXPECT_LT(w["reused"], w["blocks"] / 8) << "borrowing is off by default\n" << off.out;
-  std::printf("blocks of a blocked thread reused by another: %.0f of %.0f with XALLOC_BORROW=1, %.0f without\n",
+  EXPECT_LT(w["reused"], w["blocks"] / 8) << "XALLOC_BORROW=0 borrowed\n" << off.out;
+  std::printf("blocks of a blocked thread reused by another: %.0f of %.0f, %.0f with XALLOC_BORROW=0\n",
               v["reused"], v["blocks"], w["reused"]);
 }
 
