@@ -228,8 +228,8 @@ def contenders(build_dir: str) -> list[Contender]:
         # The same with the heap profiler on: what a change to the profiler costs.
         Contender("xalloc-base-prof", (f"{build}-base/libxalloc.so",), "libxalloc",
                   env=(("XALLOC_PROF", "1"), ("XALLOC_PROF_PREFIX", "/tmp/xbench-prof")), optional=True),
-        # Borrowing from stalled threads' inboxes (XALLOC_BORROW, off by default).
-        Contender("xalloc-borrow", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_BORROW", "1"),),
+        # Without borrowing from stalled threads' inboxes (XALLOC_BORROW=0).
+        Contender("xalloc-noborrow", (f"{build}/libxalloc.so",), "libxalloc", env=(("XALLOC_BORROW", "0"),),
                   optional=True),
         # An empty library preloaded (bench/common/empty.c; malloc stays
         # glibc's): the loader's cost of any preload, startup.py's baseline.

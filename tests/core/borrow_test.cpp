@@ -1,4 +1,4 @@
-// Borrowing (frontend/borrow.h, XALLOC_BORROW=1): a heap that needs a new
+// Borrowing (frontend/borrow.h, XALLOC_BORROW): a heap that needs a new
 // slab takes blocks from the inbox of a heap that stopped answering its
 // drain requests for kStalledMillis, serves them from lists of its own, and
 // sends what it has not used home when it collects. On by default
